@@ -1,0 +1,12 @@
+//! # uct-ib - InfiniBand/RoCE transports
+//!
+//! Will implement the `uct` transport traits over verbs (`rdma-core-sys`): the IB memory domain
+//! with a registration cache, `rc_verbs` (reliable connected QPs) and `ud_verbs` (software
+//! reliability over datagrams), and report tag-matching offload when a device has it.
+//! Nothing is registered with `uct` yet: discovery lists zero InfiniBand devices and
+//! [`unavailable_reason`] says why.
+
+/// Why this build provides no InfiniBand transports.
+pub fn unavailable_reason() -> &'static str {
+    rdma_core_sys::unavailable_reason()
+}

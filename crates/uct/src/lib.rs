@@ -1,0 +1,1 @@
+//! # uct - the transport API (in progress)

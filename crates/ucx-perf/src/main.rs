@@ -1,0 +1,2 @@
+//! ucx-perf (in progress)
+fn main() {}
