@@ -1,4 +1,18 @@
-//! # uct-shm (in progress)
+//! # uct-shm - shared-memory transports
+//!
+//! Implements the `uct` traits for transports within one machine:
+//!
+//! | transport | device | what it does |
+//! |---|---|---|
+//! | `self` | `memory0` | loopback inside one process: handlers run inside the send call |
+//!
+//! `posix`/`sysv` shared-memory FIFOs and `cma` single-copy arrive with the shared-memory issue.
+//! Call [`register`] once to make the components visible to `uct` discovery.
 
-/// Registers the shared-memory components with `uct`.
-pub fn register() {}
+pub mod self_;
+mod sm;
+
+/// Registers this crate's components with `uct` (idempotent).
+pub fn register() {
+    uct::register_component(&self_::COMPONENT);
+}

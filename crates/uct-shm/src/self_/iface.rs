@@ -1,0 +1,448 @@
+//! The `self` interface and endpoint: loopback inside one process.
+//!
+//! A send copies the message into a buffer from the interface's pool and calls the handler
+//! right away (UCX's `self` does the same). The handler may keep the buffer; when
+//! `RX_MAX_BUFS` buffers are kept, sends return `NoResource` until one is released, and pending
+//! requests are then served from progress, round robin over endpoints.
+
+use std::cell::Cell;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ucs::arbiter::GroupId;
+use ucs::callbackq::CbId;
+use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, PoolBuf};
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{
+    check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOp, AtomicOps, BandwidthModel, Completion,
+    Ep, EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
+    PendingHandle, PendingQueue, ProgressFlags, RemoteKey, SendFlags, Worker,
+};
+
+use super::config::SelfIfaceConfig;
+use super::md::{with_region, NAME};
+use crate::sm::{atomic_op32, atomic_op64, cswap32, cswap64};
+
+struct Inner {
+    id: u64,
+    attr: IfaceAttr,
+    am: AmTable,
+    pool: Rc<MemPool>,
+    max_bufs: usize,
+    seg_size: usize,
+    pending: PendingQueue,
+    worker: Worker,
+    progress_id: Cell<Option<CbId>>,
+}
+
+impl Inner {
+    /// True when a send could get a buffer now.
+    fn has_resources(&self) -> bool {
+        self.pool.num_free() > 0 || self.pool.num_elems() < self.max_bufs
+    }
+
+    #[inline]
+    fn buffer(&self) -> Option<PoolBuf> {
+        self.pool.get_buf()
+    }
+
+    /// Hands `len` bytes of `buf` to the handler of `id`; the buffer returns to the pool unless
+    /// the handler keeps it.
+    #[inline]
+    fn deliver(&self, id: u8, buf: PoolBuf, len: usize) {
+        let mut slot = Some(buf);
+        let _ = self.am.invoke(id, AmRecv::from_desc(&mut slot, 0, len));
+    }
+
+    fn progress(&self) -> usize {
+        if self.pending.is_empty() {
+            return 0;
+        }
+        self.pending.dispatch(|_| self.has_resources())
+    }
+}
+
+fn next_iface_id() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(1);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    ((std::process::id() as u64) << 32) ^ n ^ ucs::time::now().rotate_left(17)
+}
+
+/// The `self` interface.
+pub struct SelfIface {
+    inner: Rc<Inner>,
+}
+
+impl SelfIface {
+    pub(crate) fn open(worker: &Worker, params: &IfaceParams) -> UcsResult<Self> {
+        let cfg = SelfIfaceConfig::read(params)?;
+        let seg_size = cfg.seg_size;
+        if seg_size < 8 {
+            tracing::error!(seg_size, "UCX_SELF_SEG_SIZE must be at least 8 bytes");
+            return Err(Status::InvalidParam);
+        }
+        let mut mp = MpoolParams::new(seg_size);
+        mp.alignment = 64;
+        mp.elems_per_chunk = 16;
+        mp.max_elems = cfg.max_bufs;
+        mp.name = "self_msg_desc";
+        let pool = Rc::new(MemPool::new(mp, Box::new(HeapChunkAlloc))?);
+        let all_ops = AtomicOps::ADD | AtomicOps::AND | AtomicOps::OR | AtomicOps::XOR;
+        let atomics = AtomicCaps { op_flags: all_ops, fop_flags: all_ops | AtomicOps::SWAP | AtomicOps::CSWAP };
+        let attr = IfaceAttr {
+            flags: IfaceFlags::CONNECT_TO_IFACE
+                | IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | IfaceFlags::PUT_SHORT
+                | IfaceFlags::PUT_BCOPY
+                | IfaceFlags::GET_SHORT
+                | IfaceFlags::GET_BCOPY
+                | IfaceFlags::ATOMIC_CPU
+                | IfaceFlags::PENDING
+                | IfaceFlags::CB_SYNC
+                | IfaceFlags::EP_CHECK,
+            put: OpCaps {
+                max_short: u32::MAX as usize,
+                max_bcopy: usize::MAX,
+                opt_zcopy_align: 1,
+                align_mtu: 1,
+                max_iov: 1,
+                ..Default::default()
+            },
+            get: OpCaps {
+                max_short: u32::MAX as usize,
+                max_bcopy: usize::MAX,
+                opt_zcopy_align: 1,
+                align_mtu: 1,
+                max_iov: 1,
+                ..Default::default()
+            },
+            am: OpCaps {
+                max_short: seg_size,
+                max_bcopy: seg_size,
+                opt_zcopy_align: 1,
+                align_mtu: 1,
+                max_iov: usize::MAX,
+                ..Default::default()
+            },
+            atomic32: atomics,
+            atomic64: atomics,
+            device_addr_len: 0,
+            iface_addr_len: 8,
+            ep_addr_len: 0,
+            max_num_eps: usize::MAX,
+            overhead: 10e-9,
+            bandwidth: BandwidthModel { dedicated: 19360.0 * 1024.0 * 1024.0, shared: 0.0 },
+            latency: LinearFunc { c: 0.0, m: 0.0 },
+            priority: 0,
+            ..Default::default()
+        };
+        Ok(SelfIface {
+            inner: Rc::new(Inner {
+                id: next_iface_id(),
+                attr,
+                am: AmTable::new(),
+                pool,
+                max_bufs: cfg.max_bufs,
+                seg_size,
+                pending: PendingQueue::new(),
+                worker: worker.clone(),
+                progress_id: Cell::new(None),
+            }),
+        })
+    }
+}
+
+impl Drop for SelfIface {
+    fn drop(&mut self) {
+        if let Some(id) = self.inner.progress_id.take() {
+            self.inner.worker.progress_unregister(id);
+        }
+    }
+}
+
+impl Iface for SelfIface {
+    fn attr(&self) -> &IfaceAttr {
+        &self.inner.attr
+    }
+
+    fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    fn progress_enable(&self, _flags: ProgressFlags) {
+        if self.inner.progress_id.get().is_some() {
+            return;
+        }
+        let weak: Weak<Inner> = Rc::downgrade(&self.inner);
+        let id = self.inner.worker.progress_register(Box::new(move || weak.upgrade().map_or(0, |i| i.progress())));
+        self.inner.progress_id.set(Some(id));
+    }
+
+    fn progress_disable(&self, _flags: ProgressFlags) {
+        if let Some(id) = self.inner.progress_id.take() {
+            self.inner.worker.progress_unregister(id);
+        }
+    }
+
+    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
+        self.inner.am.set(id, handler)
+    }
+
+    fn device_address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn iface_address(&self) -> Vec<u8> {
+        self.inner.id.to_le_bytes().to_vec()
+    }
+
+    fn is_reachable(&self, _dev_addr: &[u8], iface_addr: Option<&[u8]>) -> bool {
+        iface_addr.is_some_and(|a| a == self.inner.id.to_le_bytes())
+    }
+
+    fn ep_create(&self, params: &EpParams<'_>) -> UcsResult<Box<dyn Ep>> {
+        match params.connect {
+            EpConnect::ToIface { iface_addr, .. } => {
+                if iface_addr.len() != 8 {
+                    return Err(Status::InvalidAddr);
+                }
+                if !self.is_reachable(&[], Some(iface_addr)) {
+                    return Err(Status::Unreachable);
+                }
+                let group = self.inner.pending.add_group();
+                Ok(Box::new(SelfEp { iface: self.inner.clone(), group }))
+            }
+            EpConnect::ToEp => Err(Status::Unsupported),
+        }
+    }
+
+    fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
+        if self.inner.pending.is_empty() {
+            Ok(Outcome::Done(()))
+        } else {
+            Ok(Outcome::NoResource)
+        }
+    }
+}
+
+/// An endpoint of the `self` interface (to itself).
+pub struct SelfEp {
+    iface: Rc<Inner>,
+    group: GroupId,
+}
+
+impl Drop for SelfEp {
+    fn drop(&mut self) {
+        self.iface.pending.remove_group(self.group, drop);
+    }
+}
+
+impl SelfEp {
+    #[inline]
+    fn check_rkey(&self, rkey: &RemoteKey, remote_addr: u64, len: usize) -> UcsResult<u64> {
+        rkey.check(NAME, remote_addr, len)
+    }
+}
+
+impl Ep for SelfEp {
+    #[inline]
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
+        check_am_id(id)?;
+        let total = payload.len() + 8;
+        check_length(total, self.iface.seg_size, "am_short")?;
+        let Some(mut buf) = self.iface.buffer() else { return Ok(Outcome::NoResource) };
+        let s = buf.as_mut_slice();
+        s[..8].copy_from_slice(&header.to_ne_bytes());
+        s[8..total].copy_from_slice(payload);
+        self.iface.deliver(id, buf, total);
+        Ok(Outcome::Done(()))
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[&[u8]]) -> OpResult {
+        check_am_id(id)?;
+        let total = iov.iter().map(|s| s.len()).fold(0usize, usize::saturating_add);
+        check_length(total, self.iface.seg_size, "am_short_iov")?;
+        let Some(mut buf) = self.iface.buffer() else { return Ok(Outcome::NoResource) };
+        let s = buf.as_mut_slice();
+        let mut at = 0;
+        for part in iov {
+            s[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        self.iface.deliver(id, buf, total);
+        Ok(Outcome::Done(()))
+    }
+
+    #[inline]
+    fn am_bcopy(&self, id: u8, pack: PackFn<'_>, _flags: SendFlags) -> OpResult<usize> {
+        check_am_id(id)?;
+        let Some(mut buf) = self.iface.buffer() else { return Ok(Outcome::NoResource) };
+        let seg = self.iface.seg_size;
+        let len = pack(&mut buf.as_mut_slice()[..seg]);
+        check_length(len, seg, "am_bcopy")?;
+        self.iface.deliver(id, buf, len);
+        Ok(Outcome::Done(len))
+    }
+
+    fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        let off = self.check_rkey(rkey, remote_addr, data.len())?;
+        // SAFETY: `with_region` holds the registration (valid memory, per `mem_reg`'s contract).
+        with_region(rkey, |r| unsafe { r.write(off, data) })?;
+        Ok(Outcome::Done(()))
+    }
+
+    fn put_bcopy(&self, pack: PackFn<'_>, remote_addr: u64, rkey: &RemoteKey) -> OpResult<usize> {
+        let off = self.check_rkey(rkey, remote_addr, 0)?;
+        let len = with_region(rkey, |r| {
+            // SAFETY: the registration is held for the call; the tail slice is the registered
+            // memory past `off`, which only remote operations may touch while registered.
+            let dst = unsafe { r.tail_mut(off)? };
+            let room = dst.len();
+            let n = pack(dst);
+            check_length(n, room, "put_bcopy")?;
+            Ok(n)
+        })?;
+        Ok(Outcome::Done(len))
+    }
+
+    fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        let off = self.check_rkey(rkey, remote_addr, buffer.len())?;
+        // SAFETY: registration held; `buffer` is a live exclusive slice of the right length.
+        with_region(rkey, |r| unsafe { r.read(off, buffer.as_mut_ptr(), buffer.len()) })?;
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn get_bcopy(
+        &self,
+        buffer: *mut u8,
+        length: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        let off = self.check_rkey(rkey, remote_addr, length)?;
+        // SAFETY: registration held; the caller guarantees `buffer` for `length` bytes.
+        with_region(rkey, |r| unsafe { r.read(off, buffer, length) })?;
+        Ok(Outcome::Done(()))
+    }
+
+    fn atomic32_post(&self, op: AtomicOp, value: u32, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        if !self.iface.attr.atomic32.op_flags.has(op) {
+            return Err(Status::Unsupported);
+        }
+        let off = self.check_rkey(rkey, remote_addr, 4)?;
+        // SAFETY: registration held; registered words are accessed atomically by contract.
+        with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| atomic_op32(a, op, value)))?;
+        Ok(Outcome::Done(()))
+    }
+
+    fn atomic64_post(&self, op: AtomicOp, value: u64, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        if !self.iface.attr.atomic64.op_flags.has(op) {
+            return Err(Status::Unsupported);
+        }
+        let off = self.check_rkey(rkey, remote_addr, 8)?;
+        // SAFETY: registration held; registered words are accessed atomically by contract.
+        with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| atomic_op64(a, op, value)))?;
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic32_fetch(
+        &self,
+        op: AtomicOp,
+        value: u32,
+        result: *mut u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        if op == AtomicOp::Cswap || !self.iface.attr.atomic32.fop_flags.has(op) {
+            return Err(Status::Unsupported);
+        }
+        let off = self.check_rkey(rkey, remote_addr, 4)?;
+        // SAFETY: registration held; registered words are accessed atomically by contract.
+        let old = with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| atomic_op32(a, op, value)))?;
+        // SAFETY: the caller guarantees `result` is valid for a write.
+        unsafe { result.write(old) };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic64_fetch(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        result: *mut u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        if op == AtomicOp::Cswap || !self.iface.attr.atomic64.fop_flags.has(op) {
+            return Err(Status::Unsupported);
+        }
+        let off = self.check_rkey(rkey, remote_addr, 8)?;
+        // SAFETY: registration held; registered words are accessed atomically by contract.
+        let old = with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| atomic_op64(a, op, value)))?;
+        // SAFETY: the caller guarantees `result` is valid for a write.
+        unsafe { result.write(old) };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic_cswap32(
+        &self,
+        compare: u32,
+        swap: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        result: *mut u32,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        let off = self.check_rkey(rkey, remote_addr, 4)?;
+        // SAFETY: registration held; registered words are accessed atomically by contract.
+        let old = with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| cswap32(a, compare, swap)))?;
+        // SAFETY: the caller guarantees `result` is valid for a write.
+        unsafe { result.write(old) };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic_cswap64(
+        &self,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        result: *mut u64,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        let off = self.check_rkey(rkey, remote_addr, 8)?;
+        // SAFETY: registration held; registered words are accessed atomically by contract.
+        let old = with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| cswap64(a, compare, swap)))?;
+        // SAFETY: the caller guarantees `result` is valid for a write.
+        unsafe { result.write(old) };
+        Ok(Outcome::Done(()))
+    }
+
+    fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
+        // Every operation completes inside its call; only queued requests are outstanding.
+        if self.iface.pending.group_is_empty(self.group) {
+            Ok(Outcome::Done(()))
+        } else {
+            Ok(Outcome::NoResource)
+        }
+    }
+
+    fn check(&self, _comp: Option<&Rc<Completion>>) -> OpResult {
+        Ok(Outcome::Done(()))
+    }
+
+    fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
+        if self.iface.has_resources() {
+            return Err(Status::Busy);
+        }
+        self.iface.pending.push(self.group, req);
+        Ok(())
+    }
+
+    fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
+        self.iface.pending.purge(self.group, sink);
+    }
+}

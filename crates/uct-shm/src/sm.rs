@@ -1,0 +1,163 @@
+//! Local-memory access shared by the shared-memory transports: bounds-checked copies and CPU
+//! atomics on memory a remote key has resolved to a local address.
+//!
+//! Callers pass the local address of the region start (`base`), the region length and the
+//! offset the remote key check produced; everything here re-checks the range and alignment, so
+//! a bad offset is an error status, never a stray write.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use ucs::{Status, UcsResult};
+use uct::AtomicOp;
+
+/// A region of memory the transport may access: `len` bytes at `base`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalRegion {
+    pub base: *mut u8,
+    pub len: usize,
+}
+
+impl LocalRegion {
+    /// The address of `[off, off + len)`, or `OutOfRange`.
+    #[inline]
+    fn at(&self, off: u64, len: usize) -> UcsResult<*mut u8> {
+        let off = usize::try_from(off).map_err(|_| Status::OutOfRange)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.base.wrapping_add(off)),
+            _ => Err(Status::OutOfRange),
+        }
+    }
+
+    /// Copies `data` into the region at `off`.
+    ///
+    /// # Safety
+    /// The region must be valid for writes for its whole length for the duration of the call.
+    #[inline]
+    pub unsafe fn write(&self, off: u64, data: &[u8]) -> UcsResult<()> {
+        let dst = self.at(off, data.len())?;
+        // SAFETY: `at` checked that [dst, dst + len) lies inside the region, which the caller
+        // guarantees is valid; `data` is a distinct Rust slice, so the ranges cannot overlap
+        // unless the user registered memory they also borrow, which `mem_reg` forbids.
+        unsafe { std::ptr::copy(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes of the region at `off` to `dst`.
+    ///
+    /// # Safety
+    /// The region must be valid for reads, and `dst` valid for `len` bytes of writes.
+    #[inline]
+    pub unsafe fn read(&self, off: u64, dst: *mut u8, len: usize) -> UcsResult<()> {
+        let src = self.at(off, len)?;
+        // SAFETY: source range checked above; the caller vouches for `dst`. `copy` tolerates
+        // overlap (a get into the same registered buffer).
+        unsafe { std::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+
+    /// The remainder of the region from `off`, for packing callbacks.
+    ///
+    /// # Safety
+    /// The region must be valid for writes, and no other reference to that part may exist
+    /// while the returned slice lives.
+    #[inline]
+    pub unsafe fn tail_mut<'a>(&self, off: u64) -> UcsResult<&'a mut [u8]> {
+        let p = self.at(off, 0)?;
+        let len = self.len - off as usize;
+        // SAFETY: [p, p + len) is the checked tail of a valid region; exclusivity is the
+        // caller's obligation.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// The 64-bit atomic at `off` (which must be 8-byte aligned).
+    ///
+    /// # Safety
+    /// The region must be valid, and the word accessed only atomically while in use.
+    #[inline]
+    pub unsafe fn atomic64<'a>(&self, off: u64) -> UcsResult<&'a AtomicU64> {
+        let p = self.at(off, 8)?;
+        if (p as usize) % 8 != 0 {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: in bounds and aligned (checked); atomic-only access is the caller's obligation.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast()) })
+    }
+
+    /// The 32-bit atomic at `off` (which must be 4-byte aligned).
+    ///
+    /// # Safety
+    /// As [`LocalRegion::atomic64`].
+    #[inline]
+    pub unsafe fn atomic32<'a>(&self, off: u64) -> UcsResult<&'a AtomicU32> {
+        let p = self.at(off, 4)?;
+        if (p as usize) % 4 != 0 {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: in bounds and aligned (checked); atomic-only access is the caller's obligation.
+        Ok(unsafe { AtomicU32::from_ptr(p.cast()) })
+    }
+}
+
+/// Applies `op` to a 64-bit word, returning the old value.
+#[inline]
+pub(crate) fn atomic_op64(a: &AtomicU64, op: AtomicOp, value: u64) -> u64 {
+    let o = Ordering::SeqCst;
+    match op {
+        AtomicOp::Add => a.fetch_add(value, o),
+        AtomicOp::And => a.fetch_and(value, o),
+        AtomicOp::Or => a.fetch_or(value, o),
+        AtomicOp::Xor => a.fetch_xor(value, o),
+        AtomicOp::Swap | AtomicOp::Cswap => a.swap(value, o),
+    }
+}
+
+/// Applies `op` to a 32-bit word, returning the old value.
+#[inline]
+pub(crate) fn atomic_op32(a: &AtomicU32, op: AtomicOp, value: u32) -> u32 {
+    let o = Ordering::SeqCst;
+    match op {
+        AtomicOp::Add => a.fetch_add(value, o),
+        AtomicOp::And => a.fetch_and(value, o),
+        AtomicOp::Or => a.fetch_or(value, o),
+        AtomicOp::Xor => a.fetch_xor(value, o),
+        AtomicOp::Swap | AtomicOp::Cswap => a.swap(value, o),
+    }
+}
+
+/// Compare-and-swap returning the old value.
+#[inline]
+pub(crate) fn cswap64(a: &AtomicU64, compare: u64, swap: u64) -> u64 {
+    match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// Compare-and-swap returning the old value.
+#[inline]
+pub(crate) fn cswap32(a: &AtomicU32, compare: u32, swap: u32) -> u32 {
+    match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_and_alignment() {
+        let mut buf = [0u64; 4];
+        let r = LocalRegion { base: buf.as_mut_ptr().cast(), len: 32 };
+        // SAFETY: `buf` outlives every access below and is only touched through `r`.
+        unsafe {
+            assert_eq!(r.write(30, &[1, 2, 3]), Err(Status::OutOfRange));
+            assert_eq!(r.write(u64::MAX, &[1]), Err(Status::OutOfRange));
+            r.write(8, &5u64.to_ne_bytes()).unwrap();
+            assert_eq!(atomic_op64(r.atomic64(8).unwrap(), AtomicOp::Add, 2), 5);
+            assert_eq!(r.atomic64(4).err(), Some(Status::InvalidParam));
+            assert_eq!(r.atomic64(32).err(), Some(Status::OutOfRange));
+            assert_eq!(cswap32(r.atomic32(8).unwrap(), 7, 1), 7);
+        }
+        assert_eq!(buf[1], 1);
+    }
+}

@@ -1,0 +1,224 @@
+//! Active messages: ids, handlers, received messages and kept descriptors.
+//!
+//! A handler receives an [`AmRecv`] by value. It reads the data and returns (the transport then
+//! reuses the buffer), or calls [`AmRecv::keep`] to take an [`AmDesc`] that owns the buffer until
+//! dropped - UCX's "return `UCS_INPROGRESS` and call `uct_iface_release_desc` later", with the
+//! release done by `Drop`. When the transport cannot lend its buffer (no `UCT_CB_PARAM_FLAG_DESC`),
+//! `keep` copies the data instead, so handlers never need two code paths.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::ops::Deref;
+use std::rc::Rc;
+
+use ucs::mpool::PoolBuf;
+use ucs::{Status, UcsResult};
+
+/// Number of active message ids (`UCT_AM_ID_MAX`): valid ids are `0..AM_ID_MAX`.
+pub const AM_ID_MAX: u8 = 32;
+
+/// Returns `InvalidParam` for an id outside `0..AM_ID_MAX` (`UCT_CHECK_AM_ID`).
+#[inline]
+pub fn check_am_id(id: u8) -> UcsResult<()> {
+    if id < AM_ID_MAX {
+        Ok(())
+    } else {
+        tracing::debug!(id, "invalid active message id (valid range: 0..{})", AM_ID_MAX - 1);
+        Err(Status::InvalidParam)
+    }
+}
+
+/// Returns `InvalidParam` when `len` exceeds `max` (`UCT_CHECK_LENGTH`).
+#[inline]
+pub fn check_length(len: usize, max: usize, what: &'static str) -> UcsResult<()> {
+    if len <= max {
+        Ok(())
+    } else {
+        tracing::debug!(len, max, "invalid {what} length");
+        Err(Status::InvalidParam)
+    }
+}
+
+/// An active message handler: called with each message of its id.
+///
+/// Handlers may call communication functions (sends on any endpoint) but not progress.
+pub type AmHandler = Rc<dyn Fn(AmRecv<'_>)>;
+
+enum Storage<'a> {
+    Borrowed(&'a [u8]),
+    Desc { slot: &'a mut Option<PoolBuf>, offset: usize, len: usize },
+}
+
+/// A received active message, valid for the duration of the handler call.
+pub struct AmRecv<'a> {
+    storage: Storage<'a>,
+}
+
+impl<'a> AmRecv<'a> {
+    /// A message in memory the transport cannot lend: [`AmRecv::keep`] copies it.
+    pub fn borrowed(data: &'a [u8]) -> Self {
+        AmRecv { storage: Storage::Borrowed(data) }
+    }
+
+    /// A message at `offset..offset + len` of the pool buffer in `slot`. If the handler keeps it,
+    /// `slot` is left empty and the transport must take a fresh buffer.
+    pub fn from_desc(slot: &'a mut Option<PoolBuf>, offset: usize, len: usize) -> Self {
+        let ok = slot.as_ref().is_some_and(|b| offset.checked_add(len).is_some_and(|e| e <= b.as_slice().len()));
+        if ok {
+            AmRecv { storage: Storage::Desc { slot, offset, len } }
+        } else {
+            // A transport bug, not peer input: deliver nothing rather than read out of bounds.
+            tracing::error!(offset, len, "AM descriptor out of bounds; delivering an empty message");
+            AmRecv { storage: Storage::Borrowed(&[]) }
+        }
+    }
+
+    /// The message: for `am_short`, the 8-byte header followed by the payload.
+    pub fn data(&self) -> &[u8] {
+        match &self.storage {
+            Storage::Borrowed(d) => d,
+            Storage::Desc { slot, offset, len } => match slot.as_ref() {
+                Some(b) => &b.as_slice()[*offset..*offset + *len],
+                None => &[],
+            },
+        }
+    }
+
+    /// Length of the message.
+    pub fn len(&self) -> usize {
+        self.data().len()
+    }
+
+    /// True for a zero-length message.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True when keeping the message lends the transport's buffer instead of copying
+    /// (`UCT_CB_PARAM_FLAG_DESC`).
+    pub fn is_desc(&self) -> bool {
+        matches!(self.storage, Storage::Desc { .. })
+    }
+
+    /// Keeps the message beyond the handler call; dropping the returned descriptor releases it.
+    pub fn keep(self) -> AmDesc {
+        match self.storage {
+            Storage::Borrowed(d) => AmDesc { repr: DescRepr::Owned(d.into()) },
+            Storage::Desc { slot, offset, len } => match slot.take() {
+                Some(buf) => AmDesc { repr: DescRepr::Pool { buf, offset, len } },
+                None => AmDesc { repr: DescRepr::Owned(Box::new([])) },
+            },
+        }
+    }
+}
+
+impl fmt::Debug for AmRecv<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AmRecv").field("len", &self.len()).field("desc", &self.is_desc()).finish()
+    }
+}
+
+enum DescRepr {
+    Pool { buf: PoolBuf, offset: usize, len: usize },
+    Owned(Box<[u8]>),
+}
+
+/// A kept active message. Derefs to its bytes; dropping it gives the buffer back to the
+/// transport (`uct_iface_release_desc`).
+pub struct AmDesc {
+    repr: DescRepr,
+}
+
+impl Deref for AmDesc {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.repr {
+            DescRepr::Pool { buf, offset, len } => &buf.as_slice()[*offset..*offset + *len],
+            DescRepr::Owned(b) => b,
+        }
+    }
+}
+
+impl AmDesc {
+    /// True when this descriptor holds a transport buffer (not a copy).
+    pub fn is_transport_buffer(&self) -> bool {
+        matches!(self.repr, DescRepr::Pool { .. })
+    }
+}
+
+impl fmt::Debug for AmDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AmDesc").field("len", &self.len()).finish()
+    }
+}
+
+/// The per-interface table of handlers, shared by transport implementations.
+///
+/// Handlers are reference counted and cloned out before the call, so a handler may send on an
+/// endpoint of the same interface (which, for `self`, calls a handler again) without a borrow
+/// conflict.
+#[derive(Default)]
+pub struct AmTable {
+    handlers: RefCell<[Option<AmHandler>; AM_ID_MAX as usize]>,
+}
+
+impl AmTable {
+    /// An empty table: every id drops its messages with a warning.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets or clears the handler of `id`.
+    pub fn set(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
+        check_am_id(id)?;
+        self.handlers.borrow_mut()[id as usize] = handler;
+        Ok(())
+    }
+
+    /// The handler of `id`, if any.
+    #[inline]
+    pub fn get(&self, id: u8) -> Option<AmHandler> {
+        self.handlers.borrow().get(id as usize).and_then(|h| h.clone())
+    }
+
+    /// Delivers a message to the handler of `id`. A message for an id without a handler, or an
+    /// invalid id from a peer, is dropped with a warning (UCX's stub handler) and reported as
+    /// `Err(NoElem)` so transports can count it.
+    #[inline]
+    pub fn invoke(&self, id: u8, msg: AmRecv<'_>) -> UcsResult<()> {
+        match self.get(id) {
+            Some(h) => {
+                h(msg);
+                Ok(())
+            }
+            None => {
+                tracing::warn!(id, len = msg.len(), "active message without a handler dropped");
+                Err(Status::NoElem)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn keep_borrowed_copies() {
+        let kept = RefCell::new(None);
+        let h: AmHandler = Rc::new(|m: AmRecv<'_>| {
+            assert!(!m.is_desc());
+            let _ = &m;
+        });
+        let t = AmTable::new();
+        t.set(3, Some(h)).unwrap();
+        assert!(t.invoke(3, AmRecv::borrowed(b"abc")).is_ok());
+        assert_eq!(t.invoke(4, AmRecv::borrowed(b"abc")), Err(Status::NoElem));
+        assert_eq!(t.set(32, None), Err(Status::InvalidParam));
+        let d = AmRecv::borrowed(b"xyz").keep();
+        *kept.borrow_mut() = Some(d);
+        assert_eq!(&**kept.borrow().as_ref().unwrap(), b"xyz");
+    }
+}

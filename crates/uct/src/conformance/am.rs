@@ -1,0 +1,378 @@
+//! Active message checks.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use ucs::{Outcome, Status};
+
+use super::setup::{pattern, Options, Pair};
+use super::Verdict;
+use crate::{AmDesc, AmRecv, Ep, IfaceFlags, Iov, MemAccess, PendingOutcome, PendingReq, SendFlags};
+
+const AM_ID: u8 = 5;
+
+type Inbox = Rc<RefCell<Vec<Vec<u8>>>>;
+
+fn collecting_handler(pair: &Pair, id: u8) -> Inbox {
+    let inbox: Inbox = Rc::default();
+    let i2 = inbox.clone();
+    pair.receiver
+        .set_am_handler(id, Some(Rc::new(move |m: AmRecv<'_>| i2.borrow_mut().push(m.data().to_vec()))))
+        .unwrap();
+    inbox
+}
+
+fn open(opts: &Options, scarce: bool, n: usize) -> Pair {
+    Pair::open(opts, scarce, n).unwrap_or_else(|e| panic!("{}: cannot open a connected pair: {e}", opts.resource))
+}
+
+fn expect_one(pair: &Pair, inbox: &Inbox, what: &str) -> Vec<u8> {
+    pair.wait(what, || !inbox.borrow().is_empty());
+    let mut v = inbox.borrow_mut();
+    assert_eq!(v.len(), 1, "{what}: expected exactly one message, got {}", v.len());
+    v.pop().unwrap_or_default()
+}
+
+/// Active messages at sizes 0, 1 and the largest short/bcopy size arrive intact; one byte over
+/// the limit is rejected with an error.
+pub fn am_sizes(opts: &Options) -> Verdict {
+    let pair = open(opts, false, 1);
+    let attr = pair.sender().attr().clone();
+    if !attr.flags.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
+        return Verdict::Skipped("no AM_SHORT/AM_BCOPY".into());
+    }
+    let inbox = collecting_handler(&pair, AM_ID);
+    let ep = &pair.eps[0];
+    if attr.flags.contains(IfaceFlags::AM_SHORT) {
+        let max_payload = attr.am.max_short.checked_sub(8).expect("am.max_short must cover the 8-byte header");
+        for (i, len) in [0, 1, max_payload].into_iter().enumerate() {
+            let header = 0xC0FF_EE00_0000_0000u64 | i as u64;
+            let payload = pattern(i as u64, len);
+            let r = pair.retry("am_short", || ep.am_short(AM_ID, header, &payload));
+            assert_eq!(r, Ok(Outcome::Done(())), "am_short of {len} payload bytes");
+            let got = expect_one(&pair, &inbox, "am_short delivery");
+            assert_eq!(got.len(), len + 8, "am_short length");
+            assert_eq!(got[..8], header.to_ne_bytes(), "am_short header");
+            assert_eq!(got[8..], payload[..], "am_short payload of {len} bytes");
+        }
+        let over = pattern(99, max_payload + 1);
+        let r = ep.am_short(AM_ID, 0, &over);
+        assert!(r.is_err(), "am_short one byte over max_short must fail, got {r:?}");
+        pair.worker.progress();
+        assert!(inbox.borrow().is_empty(), "a rejected am_short was delivered");
+    }
+    if attr.flags.contains(IfaceFlags::AM_BCOPY) {
+        for (i, len) in [0usize, 1, attr.am.max_bcopy].into_iter().enumerate() {
+            let data = pattern(100 + i as u64, len);
+            let r = pair.retry("am_bcopy", || {
+                ep.am_bcopy(
+                    AM_ID,
+                    &mut |buf: &mut [u8]| {
+                        assert!(buf.len() >= len, "bcopy buffer {} shorter than max_bcopy {len}", buf.len());
+                        buf[..len].copy_from_slice(&data);
+                        len
+                    },
+                    SendFlags::empty(),
+                )
+            });
+            assert_eq!(r, Ok(Outcome::Done(len)), "am_bcopy of {len} bytes");
+            let got = expect_one(&pair, &inbox, "am_bcopy delivery");
+            assert_eq!(got, data, "am_bcopy payload of {len} bytes");
+        }
+        let r = ep.am_bcopy(AM_ID, &mut |buf: &mut [u8]| buf.len() + 1, SendFlags::empty());
+        assert!(r.is_err(), "am_bcopy packing more than max_bcopy must fail, got {r:?}");
+        pair.worker.progress();
+        assert!(inbox.borrow().is_empty(), "a rejected am_bcopy was delivered");
+    }
+    Verdict::Passed
+}
+
+/// Invalid AM ids are rejected with `InvalidParam`, at send and at handler registration.
+pub fn am_invalid(opts: &Options) -> Verdict {
+    let pair = open(opts, false, 1);
+    let attr = pair.sender().attr().clone();
+    let ep = &pair.eps[0];
+    assert_eq!(pair.receiver.set_am_handler(32, None), Err(Status::InvalidParam), "set_am_handler(32)");
+    assert_eq!(pair.receiver.set_am_handler(255, None), Err(Status::InvalidParam), "set_am_handler(255)");
+    let mut ran = false;
+    if attr.flags.contains(IfaceFlags::AM_SHORT) {
+        for id in [32u8, 200, 255] {
+            assert_eq!(ep.am_short(id, 0, b"x"), Err(Status::InvalidParam), "am_short with id {id}");
+        }
+        ran = true;
+    }
+    if attr.flags.contains(IfaceFlags::AM_BCOPY) {
+        let r = ep.am_bcopy(32, &mut |_: &mut [u8]| 0, SendFlags::empty());
+        assert_eq!(r, Err(Status::InvalidParam), "am_bcopy with id 32");
+        ran = true;
+    }
+    if ran {
+        Verdict::Passed
+    } else {
+        Verdict::Skipped("no AM_SHORT/AM_BCOPY".into())
+    }
+}
+
+/// A handler keeps descriptors and releases them later; kept data stays intact while more
+/// messages flow.
+pub fn am_keep_desc(opts: &Options) -> Verdict {
+    let pair = open(opts, false, 1);
+    let attr = pair.sender().attr().clone();
+    if !attr.flags.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
+        return Verdict::Skipped("no AM_SHORT/AM_BCOPY".into());
+    }
+    let kept: Rc<RefCell<Vec<AmDesc>>> = Rc::default();
+    let keep_count = Rc::new(Cell::new(8usize));
+    let seen = Rc::new(Cell::new(0usize));
+    let (k2, c2, s2) = (kept.clone(), keep_count.clone(), seen.clone());
+    pair.receiver
+        .set_am_handler(
+            AM_ID,
+            Some(Rc::new(move |m: AmRecv<'_>| {
+                s2.set(s2.get() + 1);
+                if c2.get() > 0 {
+                    c2.set(c2.get() - 1);
+                    k2.borrow_mut().push(m.keep());
+                }
+            })),
+        )
+        .unwrap();
+    let ep = &pair.eps[0];
+    let len = if attr.flags.contains(IfaceFlags::AM_BCOPY) { attr.am.max_bcopy.min(256) } else { 0 };
+    let send = |seq: u64| {
+        let data = pattern(seq, len);
+        let r = if attr.flags.contains(IfaceFlags::AM_BCOPY) {
+            pair.retry("am_bcopy", || {
+                ep.am_bcopy(
+                    AM_ID,
+                    &mut |b: &mut [u8]| {
+                        b[..8].copy_from_slice(&seq.to_ne_bytes());
+                        b[8..len].copy_from_slice(&data[8..]);
+                        len
+                    },
+                    SendFlags::empty(),
+                )
+            })
+            .map(|o| o.map(|_| ()))
+        } else {
+            pair.retry("am_short", || ep.am_short(AM_ID, seq, &[]))
+        };
+        assert_eq!(r, Ok(Outcome::Done(())), "send {seq}");
+    };
+    for seq in 0..64u64 {
+        send(seq);
+    }
+    pair.wait("64 messages", || seen.get() == 64);
+    let check = |kept: &[AmDesc]| {
+        for (seq, d) in kept.iter().enumerate() {
+            assert_eq!(d[..8], (seq as u64).to_ne_bytes(), "kept descriptor {seq} was overwritten");
+            if len > 8 {
+                assert_eq!(d[8..], pattern(seq as u64, len)[8..], "kept descriptor {seq} payload changed");
+            }
+        }
+    };
+    assert_eq!(kept.borrow().len(), 8);
+    check(&kept.borrow());
+    kept.borrow_mut().truncate(4); // release half
+    for seq in 64..128u64 {
+        send(seq);
+    }
+    pair.wait("128 messages", || seen.get() == 128);
+    check(&kept.borrow());
+    kept.borrow_mut().clear();
+    Verdict::Passed
+}
+
+/// A zero-copy active message gathering several iov entries arrives intact.
+pub fn am_zcopy_iov(opts: &Options) -> Verdict {
+    let pair = open(opts, false, 1);
+    let attr = pair.sender().attr().clone();
+    if !attr.flags.contains(IfaceFlags::AM_ZCOPY) {
+        return Verdict::Skipped("no AM_ZCOPY".into());
+    }
+    let inbox = collecting_handler(&pair, AM_ID);
+    let n_iov = attr.am.max_iov.clamp(1, 4);
+    let each = (attr.am.max_zcopy / n_iov).clamp(1, 1024);
+    let mut bufs: Vec<Vec<u8>> = (0..n_iov).map(|i| pattern(500 + i as u64, each)).collect();
+    let memhs: Vec<_> = bufs
+        .iter_mut()
+        // SAFETY: the buffers outlive the registrations (dropped at the end of this function,
+        // after the operation completed).
+        .map(|b| unsafe { pair.md.mem_reg(b.as_mut_ptr(), b.len(), MemAccess::ALL) }.ok())
+        .collect();
+    let iov: Vec<Iov<'_>> =
+        bufs.iter_mut().zip(&memhs).map(|(b, m)| Iov::new(b.as_mut_ptr(), b.len(), m.as_ref())).collect();
+    let header = pattern(7, attr.am.max_hdr.min(8));
+    let comp = crate::Completion::counter(1);
+    // SAFETY: buffers stay alive and untouched until the completion fires (waited below).
+    let r = pair
+        .retry("am_zcopy", || unsafe { pair.eps[0].am_zcopy(AM_ID, &header, &iov, SendFlags::empty(), Some(&comp)) });
+    match r {
+        Ok(Outcome::Done(())) => {}
+        Ok(Outcome::InProgress) => pair.wait("am_zcopy completion", || comp.count() == 0),
+        other => panic!("am_zcopy failed: {other:?}"),
+    }
+    assert_eq!(comp.status(), Status::Ok);
+    let got = expect_one(&pair, &inbox, "am_zcopy delivery");
+    let mut expect = header.clone();
+    bufs.iter().for_each(|b| expect.extend_from_slice(b));
+    assert_eq!(got, expect, "am_zcopy data ({n_iov} iov entries)");
+    Verdict::Passed
+}
+
+/// A sender that queues itself as a pending request after `NoResource`.
+struct Sender {
+    ep_index: u64,
+    ep: *const dyn Ep,
+    next: Cell<u64>,
+    total: u64,
+    short: bool,
+}
+
+impl Sender {
+    /// Sends the next message; `Ok(true)` when sent, `Ok(false)` on NoResource.
+    fn send_one(&self) -> Result<bool, Status> {
+        // SAFETY: the endpoint outlives every Sender (the check drops senders first and purges
+        // pending queues before endpoints go away).
+        let ep = unsafe { &*self.ep };
+        let seq = self.next.get();
+        let header = self.ep_index << 32 | seq;
+        let r = if self.short {
+            ep.am_short(AM_ID, header, &[])
+        } else {
+            ep.am_bcopy(
+                AM_ID,
+                &mut |b: &mut [u8]| {
+                    b[..8].copy_from_slice(&header.to_ne_bytes());
+                    8
+                },
+                SendFlags::empty(),
+            )
+            .map(|o| o.map(|_| ()))
+        };
+        match r? {
+            Outcome::Done(()) => {
+                self.next.set(seq + 1);
+                Ok(true)
+            }
+            Outcome::NoResource => Ok(false),
+            Outcome::InProgress => panic!("short/bcopy returned InProgress"),
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.next.get() == self.total
+    }
+}
+
+impl PendingReq for Sender {
+    fn progress(&self) -> PendingOutcome {
+        match self.send_one() {
+            Ok(true) if self.finished() => PendingOutcome::Done,
+            Ok(true) => PendingOutcome::KeepContinue,
+            Ok(false) => PendingOutcome::KeepStop,
+            Err(e) => panic!("send from pending callback failed: {e}"),
+        }
+    }
+}
+
+/// With send resources exhausted, messages queued as pending requests on several endpoints are
+/// all delivered exactly once and in order per endpoint, and endpoints are served fairly.
+pub fn pending_fairness(opts: &Options) -> Verdict {
+    const EPS: usize = 4;
+    const PER_EP: u64 = 200;
+    let pair = open(opts, true, EPS);
+    let attr = pair.sender().attr().clone();
+    if !attr.flags.contains(IfaceFlags::PENDING) {
+        return Verdict::Skipped("no PENDING".into());
+    }
+    if !attr.flags.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
+        return Verdict::Skipped("no AM_SHORT/AM_BCOPY".into());
+    }
+    // While `hold`, the handler keeps every message, so transports whose send resources are the
+    // receiver's buffers run out; transports with a FIFO run out because nothing progresses.
+    let hold = Rc::new(Cell::new(true));
+    let kept: Rc<RefCell<Vec<AmDesc>>> = Rc::default();
+    let order: Rc<RefCell<Vec<u64>>> = Rc::default();
+    let (h2, k2, o2) = (hold.clone(), kept.clone(), order.clone());
+    pair.receiver
+        .set_am_handler(
+            AM_ID,
+            Some(Rc::new(move |m: AmRecv<'_>| {
+                let header = u64::from_ne_bytes(m.data()[..8].try_into().expect("8-byte header"));
+                o2.borrow_mut().push(header);
+                if h2.get() {
+                    k2.borrow_mut().push(m.keep());
+                }
+            })),
+        )
+        .unwrap();
+    let short = attr.flags.contains(IfaceFlags::AM_SHORT);
+    let senders: Vec<Rc<Sender>> = pair
+        .eps
+        .iter()
+        .enumerate()
+        .map(|(i, ep)| {
+            Rc::new(Sender { ep_index: i as u64, ep: &**ep as *const dyn Ep, next: Cell::new(0), total: PER_EP, short })
+        })
+        .collect();
+    // Phase 1: send round robin without progress until every endpoint is queued as pending.
+    let mut queued = [false; EPS];
+    let mut sends = 0u64;
+    while queued.iter().any(|q| !q) {
+        for (i, s) in senders.iter().enumerate() {
+            if queued[i] {
+                continue;
+            }
+            if s.finished() {
+                return Verdict::Skipped(format!(
+                    "sent {sends} messages without NoResource; scarce_config {:?} does not limit resources",
+                    opts.scarce_config
+                ));
+            }
+            match s.send_one() {
+                Ok(true) => sends += 1,
+                Ok(false) => match pair.eps[i].pending_add(s.clone()) {
+                    Ok(()) => queued[i] = true,
+                    Err(Status::Busy) => {}
+                    Err(e) => panic!("pending_add failed: {e}"),
+                },
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+    }
+    let phase1 = order.borrow().len();
+    // Phase 2: release, progress until everything arrives.
+    hold.set(false);
+    kept.borrow_mut().clear();
+    let total = EPS as u64 * PER_EP;
+    pair.wait("all pending messages", || order.borrow().len() as u64 >= total);
+    for _ in 0..16 {
+        pair.worker.progress();
+    }
+    let order = order.borrow();
+    assert_eq!(order.len() as u64, total, "messages delivered more than once");
+    // Exactly once, in order, per endpoint.
+    let mut next = [0u64; EPS];
+    for &h in order.iter() {
+        let (ep, seq) = ((h >> 32) as usize, h & 0xffff_ffff);
+        assert!(ep < EPS, "header from unknown endpoint {ep}");
+        assert_eq!(seq, next[ep], "endpoint {ep}: expected message {} got {seq}", next[ep]);
+        next[ep] += 1;
+    }
+    // Fairness: after the release, while every endpoint still had messages queued, no endpoint
+    // got ahead of another by more than two rounds.
+    let mut count = [0u64; EPS];
+    for &h in &order[phase1..] {
+        let ep = (h >> 32) as usize;
+        count[ep] += 1;
+        let all_busy = (0..EPS)
+            .all(|e| count[e] + (order[..phase1].iter().filter(|&&x| (x >> 32) as usize == e).count() as u64) < PER_EP);
+        if all_busy {
+            let (min, max) = (count.iter().min().copied().unwrap_or(0), count.iter().max().copied().unwrap_or(0));
+            assert!(max - min <= 2 + 1, "unfair pending dispatch: per-endpoint counts {count:?}");
+        }
+    }
+    drop(senders);
+    Verdict::Passed
+}

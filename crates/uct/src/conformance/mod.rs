@@ -1,0 +1,62 @@
+//! Transport conformance kit (feature `conformance`).
+//!
+//! Reusable checks of the transport contract. Each takes [`Options`] naming a resource
+//! (`tl/dev`, e.g. `self/memory0`) and returns a [`Verdict`]: `Passed`, or `Skipped` with the
+//! capability the transport does not advertise. A violation panics with a message saying what
+//! was expected, so the checks are meant to run inside `#[test]` functions:
+//!
+//! ```ignore
+//! #[test]
+//! fn self_am_sizes() {
+//!     uct_shm::register();
+//!     uct::conformance::am_sizes(&Options::new("self/memory0")).assert_ran();
+//! }
+//! ```
+//!
+//! Every wait is bounded in iterations and time ([`Options::timeout`]); nothing sleeps.
+
+mod am;
+mod rma;
+mod setup;
+
+pub use am::{am_invalid, am_keep_desc, am_sizes, am_zcopy_iov, pending_fairness};
+pub use rma::{atomics, ep_check, flush, put_get, rkey_unpack_garbage};
+pub use setup::{Options, Pair};
+
+/// Outcome of one check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every assertion held.
+    Passed,
+    /// Not applicable: the transport does not advertise what the check needs.
+    Skipped(String),
+}
+
+impl Verdict {
+    /// Panics unless the check passed or was legitimately skipped; returns whether it ran.
+    pub fn assert_ran(&self) -> bool {
+        match self {
+            Verdict::Passed => true,
+            Verdict::Skipped(why) => {
+                eprintln!("conformance check skipped: {why}");
+                false
+            }
+        }
+    }
+}
+
+/// Runs every check, returning `(name, verdict)` pairs.
+pub fn run_all(opts: &Options) -> Vec<(&'static str, Verdict)> {
+    vec![
+        ("am_sizes", am_sizes(opts)),
+        ("am_invalid", am_invalid(opts)),
+        ("am_keep_desc", am_keep_desc(opts)),
+        ("am_zcopy_iov", am_zcopy_iov(opts)),
+        ("pending_fairness", pending_fairness(opts)),
+        ("flush", flush(opts)),
+        ("put_get", put_get(opts)),
+        ("atomics", atomics(opts)),
+        ("ep_check", ep_check(opts)),
+        ("rkey_unpack_garbage", rkey_unpack_garbage(opts)),
+    ]
+}

@@ -1,0 +1,69 @@
+//! The transport worker (`uct_worker_h`): a progress engine grouping interfaces.
+
+use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use ucs::async_::AsyncContext;
+use ucs::callbackq::{CallbackQueue, CbId};
+use ucs::ThreadMode;
+
+struct Inner {
+    progress: CallbackQueue,
+    async_ctx: Option<Arc<AsyncContext>>,
+    thread_mode: ThreadMode,
+}
+
+/// Groups interfaces and progresses them. Cheap to clone (a shared handle).
+///
+/// Interfaces register their progress function when progress is enabled on them;
+/// [`Worker::progress`] calls every registered function once.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Rc<Inner>,
+}
+
+impl Worker {
+    /// A worker for `thread_mode`, optionally with an async context for event and timer handlers.
+    pub fn new(async_ctx: Option<Arc<AsyncContext>>, thread_mode: ThreadMode) -> Self {
+        Worker { inner: Rc::new(Inner { progress: CallbackQueue::new(), async_ctx, thread_mode }) }
+    }
+
+    /// Calls every registered progress function once; returns the number of events processed.
+    #[inline]
+    pub fn progress(&self) -> usize {
+        self.inner.progress.dispatch()
+    }
+
+    /// Registers a progress function (used by transports).
+    pub fn progress_register(&self, f: Box<dyn FnMut() -> usize>) -> CbId {
+        self.inner.progress.add(f)
+    }
+
+    /// Removes a progress function (safe from inside progress).
+    pub fn progress_unregister(&self, id: CbId) {
+        self.inner.progress.remove(id);
+    }
+
+    /// The async context, if the worker has one.
+    pub fn async_context(&self) -> Option<&Arc<AsyncContext>> {
+        self.inner.async_ctx.as_ref()
+    }
+
+    /// The thread mode the worker was created with.
+    pub fn thread_mode(&self) -> ThreadMode {
+        self.inner.thread_mode
+    }
+}
+
+impl Default for Worker {
+    fn default() -> Self {
+        Worker::new(None, ThreadMode::Single)
+    }
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker").field("thread_mode", &self.inner.thread_mode).finish()
+    }
+}
