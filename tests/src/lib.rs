@@ -1,10 +1,22 @@
 //! # tests - cross-backend integration tests
 //!
-//! Integration tests that run the same checks over every backend this machine provides (today
-//! `self`; shared memory and InfiniBand as they land). The tests live in `tests/tests/`; this
-//! library holds helpers they share.
+//! Integration tests that run the same checks over every transport resource this machine
+//! provides: today `self`; shared memory and InfiniBand join as their crates implement them.
+//! The tests live in `tests/tests/`; this library holds what they share.
+
+use uct::conformance::Options;
 
 /// Registers every transport crate of the workspace with `uct`.
 pub fn register_all_transports() {
     uct_shm::register();
+}
+
+/// Conformance options for a resource, including the overrides that make its send resources
+/// scarce for the pending checks.
+pub fn options_for(resource: &str) -> Options {
+    let opts = Options::new(resource);
+    match resource.split('/').next() {
+        Some("self") => opts.with_scarce_config("RX_MAX_BUFS", "16"),
+        _ => opts,
+    }
 }
