@@ -14,6 +14,7 @@
 //! | [`fraglist`] | 16-bit serial numbers with wrap-around and an ordered fragment list (UD reliability) |
 //! | [`async_`] | epoll event set, timer queue, and the async context that runs their handlers |
 //! | [`config`] | declarative `UCX_*` environment configuration with UCX's value syntax |
+//! | [`log`] | `UCX_LOG_LEVEL` names and their `tracing` levels |
 //! | [`time`] | fast monotonic clock |
 //! | [`sync`] | atomics/locks facade that loom replaces in model-checking builds |
 //!
@@ -27,6 +28,7 @@ pub mod callbackq;
 pub mod config;
 pub mod fraglist;
 pub mod idtable;
+pub mod log;
 pub mod mpool;
 pub mod queue;
 pub mod status;

@@ -13,6 +13,7 @@ use uct::{AmDesc, AmRecv, AtomicOp, EpParams, IfaceParams, MemAccess, Outcome, S
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let count: u64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(4);
+    ucs::log::init();
     uct_shm::register();
 
     println!("resources:");
