@@ -1,1 +1,308 @@
-//! (in progress)
+//! Index -> object table with O(1) insert and remove and generation-checked ids.
+//!
+//! UCX hands out small integer ids for objects a peer may later name (memory keys, request ids,
+//! endpoint ids). A peer can name an object that has since been removed, or send garbage; the
+//! id therefore carries the generation of its slot, and a lookup only succeeds while the slot
+//! still holds the object the id was issued for.
+//!
+//! Layout: a vector of slots; vacant slots form a LIFO free list, so insert and remove are O(1)
+//! and reuse memory without allocating once the table reached its high-water mark.
+
+use std::fmt;
+
+/// Identifier of an [`IdTable`] entry: slot index in the low 32 bits, slot generation in the
+/// high 32 bits.
+///
+/// Generations start at 1, so `Id::from_raw(0)` never names a live entry and can serve as a
+/// "no object" value on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Id(u64);
+
+impl Id {
+    /// Reinterprets a raw value, e.g. one received from a peer. Any value is accepted; a bad one
+    /// simply matches no entry.
+    #[inline]
+    pub const fn from_raw(raw: u64) -> Id {
+        Id(raw)
+    }
+
+    /// The raw value, for sending to a peer.
+    #[inline]
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// Slot index part.
+    #[inline]
+    pub const fn index(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// Generation part.
+    #[inline]
+    pub const fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    const fn new(index: u32, generation: u32) -> Id {
+        Id(((generation as u64) << 32) | index as u64)
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Id({}#{})", self.index(), self.generation())
+    }
+}
+
+enum Entry<T> {
+    Occupied(T),
+    /// Next vacant slot index, or `NONE`.
+    Vacant(u32),
+}
+
+struct Slot<T> {
+    generation: u32,
+    entry: Entry<T>,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Table mapping generation-checked [`Id`]s to objects.
+///
+/// Single-thread structure: mutation takes `&mut self`.
+pub struct IdTable<T> {
+    slots: Vec<Slot<T>>,
+    free_head: u32,
+    len: usize,
+}
+
+impl<T> IdTable<T> {
+    /// An empty table; allocates nothing until the first insert.
+    pub const fn new() -> Self {
+        IdTable { slots: Vec::new(), free_head: NONE, len: 0 }
+    }
+
+    /// An empty table with room for `n` entries before it allocates.
+    pub fn with_capacity(n: usize) -> Self {
+        IdTable { slots: Vec::with_capacity(n), free_head: NONE, len: 0 }
+    }
+
+    /// Stores `value` and returns its id.
+    ///
+    /// # Panics
+    /// If the table already holds `u32::MAX` entries (index space exhausted; memory runs out
+    /// long before that for any real payload).
+    pub fn insert(&mut self, value: T) -> Id {
+        match self.try_insert(value) {
+            Ok(id) => id,
+            Err(_) => panic!("IdTable index space exhausted"),
+        }
+    }
+
+    /// Stores `value` and returns its id, or gives the value back when the index space (`u32`,
+    /// minus one reserved value) is exhausted.
+    pub fn try_insert(&mut self, value: T) -> Result<Id, T> {
+        let index = self.free_head;
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            let Entry::Vacant(next) = slot.entry else {
+                // The free list only links vacant slots; refuse rather than overwrite.
+                return Err(value);
+            };
+            self.free_head = next;
+            slot.entry = Entry::Occupied(value);
+            self.len += 1;
+            return Ok(Id::new(index, slot.generation));
+        }
+        let Ok(index) = u32::try_from(self.slots.len()) else {
+            return Err(value);
+        };
+        if index == NONE {
+            return Err(value);
+        }
+        self.slots.push(Slot { generation: 1, entry: Entry::Occupied(value) });
+        self.len += 1;
+        Ok(Id::new(index, 1))
+    }
+
+    fn slot(&self, id: Id) -> Option<&Slot<T>> {
+        self.slots.get(id.index() as usize).filter(|s| s.generation == id.generation())
+    }
+
+    /// The object `id` names, if it is still in the table.
+    #[inline]
+    pub fn get(&self, id: Id) -> Option<&T> {
+        match &self.slot(id)?.entry {
+            Entry::Occupied(v) => Some(v),
+            Entry::Vacant(_) => None,
+        }
+    }
+
+    /// The object `id` names, mutably.
+    #[inline]
+    pub fn get_mut(&mut self, id: Id) -> Option<&mut T> {
+        let slot = self.slots.get_mut(id.index() as usize).filter(|s| s.generation == id.generation())?;
+        match &mut slot.entry {
+            Entry::Occupied(v) => Some(v),
+            Entry::Vacant(_) => None,
+        }
+    }
+
+    /// True if `id` names a live entry.
+    #[inline]
+    pub fn contains(&self, id: Id) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Removes and returns the object `id` names. The slot's generation is bumped, so `id` and
+    /// every copy of it stop matching.
+    pub fn remove(&mut self, id: Id) -> Option<T> {
+        let index = id.index();
+        let slot = self.slots.get_mut(index as usize).filter(|s| s.generation == id.generation())?;
+        if matches!(slot.entry, Entry::Vacant(_)) {
+            return None;
+        }
+        let Entry::Occupied(value) = std::mem::replace(&mut slot.entry, Entry::Vacant(self.free_head)) else {
+            return None;
+        };
+        // Skip 0 on wrap-around so a raw id of 0 stays invalid forever.
+        slot.generation = match slot.generation.wrapping_add(1) {
+            0 => 1,
+            g => g,
+        };
+        self.free_head = index;
+        self.len -= 1;
+        Some(value)
+    }
+
+    /// Number of live entries.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no entry is live.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Iterates the live entries in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (Id, &T)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, s)| match &s.entry {
+            // Indexes fit u32: try_insert never creates a slot beyond u32::MAX - 1.
+            Entry::Occupied(v) => Some((Id::new(i as u32, s.generation), v)),
+            Entry::Vacant(_) => None,
+        })
+    }
+
+    /// Iterates the live entries in slot order, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Id, &mut T)> + '_ {
+        self.slots.iter_mut().enumerate().filter_map(|(i, s)| match &mut s.entry {
+            Entry::Occupied(v) => Some((Id::new(i as u32, s.generation), v)),
+            Entry::Vacant(_) => None,
+        })
+    }
+
+    /// Removes every entry, handing each to `sink`; all outstanding ids become stale.
+    pub fn drain(&mut self, mut sink: impl FnMut(Id, T)) {
+        for i in 0..self.slots.len() {
+            let id = Id::new(i as u32, self.slots[i].generation);
+            if let Some(v) = self.remove(id) {
+                sink(id, v);
+            }
+        }
+    }
+}
+
+impl<T> Default for IdTable<T> {
+    fn default() -> Self {
+        IdTable::new()
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for IdTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_get_remove() {
+        let mut t = IdTable::new();
+        let a = t.insert("a");
+        let b = t.insert("b");
+        assert_ne!(a, b);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get(a), Some(&"a"));
+        *t.get_mut(b).unwrap() = "B";
+        assert_eq!(t.remove(b), Some("B"));
+        assert_eq!(t.remove(b), None);
+        assert_eq!(t.get(b), None);
+        assert_eq!(t.len(), 1);
+        assert!(!t.is_empty());
+    }
+
+    #[test]
+    fn stale_ids_are_rejected_after_reuse() {
+        let mut t = IdTable::new();
+        let a = t.insert(1);
+        t.remove(a);
+        let b = t.insert(2);
+        assert_eq!(a.index(), b.index(), "slot is reused");
+        assert_ne!(a.generation(), b.generation());
+        assert_eq!(t.get(a), None);
+        assert_eq!(t.get_mut(a), None);
+        assert_eq!(t.remove(a), None);
+        assert_eq!(t.get(b), Some(&2));
+    }
+
+    #[test]
+    fn garbage_ids_never_panic() {
+        let mut t = IdTable::new();
+        let a = t.insert(5u8);
+        for raw in [0, 1, u64::MAX, u32::MAX as u64, 1 << 32, a.raw() + 1, a.raw() ^ (1 << 40)] {
+            let id = Id::from_raw(raw);
+            if id != a {
+                assert_eq!(t.get(id), None, "{id:?}");
+                assert_eq!(t.remove(id), None);
+            }
+        }
+        assert_eq!(Id::from_raw(a.raw()), a);
+        assert_eq!(t.get(Id::from_raw(0)), None);
+    }
+
+    #[test]
+    fn iter_and_drain() {
+        let mut t = IdTable::with_capacity(4);
+        let ids: Vec<Id> = (0..5).map(|i| t.insert(i)).collect();
+        t.remove(ids[1]);
+        let seen: Vec<(Id, i32)> = t.iter().map(|(id, v)| (id, *v)).collect();
+        assert_eq!(seen, [(ids[0], 0), (ids[2], 2), (ids[3], 3), (ids[4], 4)]);
+        for (_, v) in t.iter_mut() {
+            *v += 10;
+        }
+        let mut out = Vec::new();
+        t.drain(|id, v| out.push((id, v)));
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[0], (ids[0], 10));
+        assert!(t.is_empty());
+        assert!(ids.iter().all(|&id| !t.contains(id)));
+        assert_eq!(format!("{t:?}"), "{}");
+    }
+
+    #[test]
+    fn generation_skips_zero_on_wrap() {
+        let mut t = IdTable::new();
+        let a = t.insert(());
+        t.slots[0].generation = u32::MAX;
+        let top = Id::new(a.index(), u32::MAX);
+        assert_eq!(t.remove(top), Some(()));
+        let b = t.insert(());
+        assert_eq!(b.generation(), 1);
+    }
+}
