@@ -1,6 +1,6 @@
 //! Logging: UCX's `UCX_LOG_LEVEL` mapped onto `tracing`.
 //!
-//! Libraries log through `tracing` and never install a subscriber. Binaries call [`init`]
+//! Libraries log through `tracing` and never install a subscriber. Binaries call `init()`
 //! (feature `log-init`), which reads `UCX_LOG_LEVEL` (`fatal`, `error`, `warn`, `diag`, `info`,
 //! `debug`, `trace`, ...; default `warn`) and prints to stderr.
 

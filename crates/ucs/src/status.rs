@@ -272,10 +272,7 @@ mod tests {
             assert_eq!(Status::from_code(s.code()), Some(s));
             assert!(!s.to_string().is_empty());
         }
-        assert_eq!(
-            Status::NoResource.to_string(),
-            "No resources are available to initiate the operation"
-        );
+        assert_eq!(Status::NoResource.to_string(), "No resources are available to initiate the operation");
         assert_eq!(Status::EndpointTimeout.to_string(), "Endpoint timeout");
         assert!(Status::EndpointTimeout.is_endpoint_error());
         assert!(!Status::EndpointTimeout.is_link_error());

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use uct::{AmRecv, EpParams, Iface, IfaceParams, MemAccess, Outcome, SendFlags, Worker};
+use uct::{AmRecv, EpParams, IfaceParams, MemAccess, Outcome, SendFlags, Worker};
 
 struct Counting;
 
@@ -46,7 +46,7 @@ fn steady_state_sends_do_not_allocate() {
     let memh = unsafe { md.mem_reg(target.as_mut_ptr(), 64, MemAccess::ALL) }.unwrap();
     let rkey = md.component().rkey_unpack(&md.mkey_pack(&memh).unwrap()).unwrap();
     let payload = [7u8; 32];
-    let mut round = |i: u64| {
+    let round = |i: u64| {
         assert_eq!(ep.am_short(0, i, &payload), Ok(Outcome::Done(())));
         let r = ep.am_bcopy(
             0,

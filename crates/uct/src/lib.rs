@@ -67,6 +67,6 @@ pub use md::{
 };
 pub use mem::{iov_total_len, Iov, MemH, MemRegion, RemoteKey};
 pub use pending::{PendingHandle, PendingOutcome, PendingQueue, PendingReq};
-pub use tag::{RndvOp, Tag, TagHandlers, TagRecvContext, TagUnexpEager, TagUnexpRndv};
+pub use tag::{RndvOp, Tag, TagCompletedFn, TagHandlers, TagRecvContext, TagRndvFn, TagUnexpEager, TagUnexpRndv};
 pub use ucs::{OpResult, Outcome, Status, UcsResult};
 pub use worker::Worker;

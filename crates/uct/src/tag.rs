@@ -10,6 +10,12 @@ use ucs::Status;
 /// A 64-bit tag.
 pub type Tag = u64;
 
+/// Completion callback of a posted receive: sender tag, immediate data, length, status.
+pub type TagCompletedFn = Box<dyn Fn(Tag, u64, usize, Status)>;
+
+/// Rendezvous callback of a posted receive: sender tag, user header, status.
+pub type TagRndvFn = Box<dyn Fn(Tag, &[u8], Status)>;
+
 /// Callbacks of a receive posted to the hardware (`uct_tag_context_t`).
 pub struct TagRecvContext {
     /// The hardware matched a message to this receive: the buffer is now being filled and the
@@ -17,10 +23,10 @@ pub struct TagRecvContext {
     pub tag_consumed: Box<dyn Fn()>,
     /// The receive completed: sender tag, immediate data, length, and status
     /// (`MessageTruncated` when the message was larger than the buffer, `Canceled` on cancel).
-    pub completed: Box<dyn Fn(Tag, u64, usize, Status)>,
+    pub completed: TagCompletedFn,
     /// A rendezvous request matched this receive in hardware but the transport could not
     /// complete it: sender tag and the user header of the request.
-    pub rndv: Box<dyn Fn(Tag, &[u8], Status)>,
+    pub rndv: TagRndvFn,
 }
 
 impl fmt::Debug for TagRecvContext {

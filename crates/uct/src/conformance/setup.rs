@@ -9,6 +9,9 @@ use crate::{
     find_resource, Ep, EpParams, Iface, IfaceFlags, IfaceParams, Md, MemAccess, MemH, ProgressFlags, RemoteKey, Worker,
 };
 
+/// The receiver's endpoint of a to-ep connection.
+type BackEp = Box<dyn Ep>;
+
 /// What to test and how.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -101,7 +104,8 @@ impl Pair {
         self.sender.as_deref().unwrap_or(&*self.receiver)
     }
 
-    fn connect(&self, user_data: u64) -> UcsResult<(Box<dyn Ep>, Option<Box<dyn Ep>>)> {
+    /// An endpoint to the receiver, and for to-ep transports the receiver's endpoint back.
+    fn connect(&self, user_data: u64) -> UcsResult<(Box<dyn Ep>, Option<BackEp>)> {
         let s = self.sender();
         let flags = s.attr().flags;
         if flags.contains(IfaceFlags::CONNECT_TO_IFACE) {
