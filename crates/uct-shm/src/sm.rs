@@ -55,20 +55,6 @@ impl LocalRegion {
         Ok(())
     }
 
-    /// The remainder of the region from `off`, for packing callbacks.
-    ///
-    /// # Safety
-    /// The region must be valid for writes, and no other reference to that part may exist
-    /// while the returned slice lives.
-    #[inline]
-    pub unsafe fn tail_mut<'a>(&self, off: u64) -> UcsResult<&'a mut [u8]> {
-        let p = self.at(off, 0)?;
-        let len = self.len - off as usize;
-        // SAFETY: [p, p + len) is the checked tail of a valid region; exclusivity is the
-        // caller's obligation.
-        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
-    }
-
     /// The 64-bit atomic at `off` (which must be 8-byte aligned).
     ///
     /// # Safety

@@ -28,6 +28,11 @@ fn am_keep_desc() {
 }
 
 #[test]
+fn am_reentrant() {
+    must_pass(kit::am_reentrant(&opts()));
+}
+
+#[test]
 fn am_zcopy_iov_skipped() {
     // self has no zero-copy active messages (as in UCX).
     assert!(matches!(kit::am_zcopy_iov(&opts()), Verdict::Skipped(_)));
@@ -66,7 +71,7 @@ fn rkey_unpack_garbage() {
 #[test]
 fn run_all_reports_every_check() {
     let results = kit::run_all(&opts());
-    assert_eq!(results.len(), 10);
+    assert_eq!(results.len(), 11);
     let skipped: Vec<_> = results.iter().filter(|(_, v)| *v != Verdict::Passed).map(|(n, _)| *n).collect();
     assert_eq!(skipped, ["am_zcopy_iov"]);
 }

@@ -172,8 +172,17 @@ impl AmTable {
     /// Sets or clears the handler of `id`.
     pub fn set(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
         check_am_id(id)?;
-        self.handlers.borrow_mut()[id as usize] = handler;
+        // Drop the old handler after the table is released: its captures may use the table.
+        let old = std::mem::replace(&mut self.handlers.borrow_mut()[id as usize], handler);
+        drop(old);
         Ok(())
+    }
+
+    /// Clears every handler (an interface does this when it closes, to break reference cycles
+    /// through handlers that capture its endpoints).
+    pub fn clear(&self) {
+        let old = std::mem::take(&mut *self.handlers.borrow_mut());
+        drop(old);
     }
 
     /// The handler of `id`, if any.

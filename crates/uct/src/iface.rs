@@ -481,6 +481,7 @@ pub trait Ep {
     }
 
     /// Offloaded tag matching: rendezvous with the data fetched by the receiver's hardware.
+    /// `Done(op)` when started (completion through `comp`), or `NoResource`.
     ///
     /// # Safety
     /// The iov buffers must stay valid and unmodified until the operation completes.
@@ -491,7 +492,7 @@ pub trait Ep {
         iov: &[Iov<'_>],
         flags: SendFlags,
         comp: Option<&Rc<Completion>>,
-    ) -> UcsResult<RndvOp> {
+    ) -> OpResult<RndvOp> {
         let _ = (tag, header, iov, flags, comp);
         unsupported()
     }

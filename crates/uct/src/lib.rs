@@ -66,7 +66,7 @@ pub use md::{
     unavailable_components, Component, Md, ResourceDesc,
 };
 pub use mem::{iov_total_len, Iov, MemH, MemRegion, RemoteKey};
-pub use pending::{PendingHandle, PendingOutcome, PendingQueue, PendingReq};
+pub use pending::{PendingHandle, PendingOutcome, PendingQueue, PendingReq, Resources};
 pub use tag::{RndvOp, Tag, TagCompletedFn, TagHandlers, TagRecvContext, TagRndvFn, TagUnexpEager, TagUnexpRndv};
 pub use ucs::{OpResult, Outcome, Status, UcsResult};
 pub use worker::Worker;

@@ -99,7 +99,14 @@ impl RemoteKey {
     }
 
     /// Checks that the key belongs to `component` and `[remote_addr, remote_addr + len)` lies
-    /// within the region. Errors: `InvalidParam` (wrong component) or `OutOfRange`.
+    /// within the region the key declares; returns the offset into it. Errors: `InvalidParam`
+    /// (wrong component) or `OutOfRange`.
+    ///
+    /// The bounds come from the packed key, i.e. from the peer. This check makes bad requests
+    /// fail early with a clear status; it does not by itself make an access memory-safe. A
+    /// transport bounds its real memory accesses by state it validated itself (the mapping it
+    /// created, the live registration it looked up), as `self` and the shared-memory
+    /// transports do.
     #[inline]
     pub fn check(&self, component: &'static str, remote_addr: u64, len: usize) -> UcsResult<u64> {
         if self.component != component {

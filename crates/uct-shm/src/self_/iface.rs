@@ -16,7 +16,7 @@ use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOp, AtomicOps, BandwidthModel, Completion,
     Ep, EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
-    PendingHandle, PendingQueue, ProgressFlags, RemoteKey, SendFlags, Worker,
+    PendingHandle, PendingQueue, ProgressFlags, RemoteKey, Resources, SendFlags, Worker,
 };
 
 use super::config::SelfIfaceConfig;
@@ -58,7 +58,7 @@ impl Inner {
         if self.pending.is_empty() {
             return 0;
         }
-        self.pending.dispatch(|_| self.has_resources())
+        self.pending.dispatch(|_| if self.has_resources() { Resources::Available } else { Resources::IfaceExhausted })
     }
 }
 
@@ -103,7 +103,7 @@ impl SelfIface {
                 | IfaceFlags::EP_CHECK,
             put: OpCaps {
                 max_short: u32::MAX as usize,
-                max_bcopy: usize::MAX,
+                max_bcopy: seg_size,
                 opt_zcopy_align: 1,
                 align_mtu: 1,
                 max_iov: 1,
@@ -111,7 +111,7 @@ impl SelfIface {
             },
             get: OpCaps {
                 max_short: u32::MAX as usize,
-                max_bcopy: usize::MAX,
+                max_bcopy: seg_size,
                 opt_zcopy_align: 1,
                 align_mtu: 1,
                 max_iov: 1,
@@ -158,6 +158,10 @@ impl Drop for SelfIface {
         if let Some(id) = self.inner.progress_id.take() {
             self.inner.worker.progress_unregister(id);
         }
+        // Handlers and pending requests may hold endpoints, which hold the interface: drop them
+        // so the interface is freed even if the user never dropped those endpoints.
+        self.inner.am.clear();
+        self.inner.pending.clear();
     }
 }
 
@@ -218,11 +222,8 @@ impl Iface for SelfIface {
     }
 
     fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
-        if self.inner.pending.is_empty() {
-            Ok(Outcome::Done(()))
-        } else {
-            Ok(Outcome::NoResource)
-        }
+        // Every operation completes inside its call (queued requests are not issued yet).
+        Ok(Outcome::Done(()))
     }
 }
 
@@ -234,20 +235,36 @@ pub struct SelfEp {
 
 impl Drop for SelfEp {
     fn drop(&mut self) {
-        self.iface.pending.remove_group(self.group, drop);
+        self.iface.pending.remove_group(self.group);
     }
 }
 
 impl SelfEp {
+    /// Checks the key and that queued requests of this endpoint do not get overtaken.
     #[inline]
     fn check_rkey(&self, rkey: &RemoteKey, remote_addr: u64, len: usize) -> UcsResult<u64> {
         rkey.check(NAME, remote_addr, len)
     }
+
+    /// False when the operation must return `NoResource` to keep per-endpoint order.
+    #[inline]
+    fn may_send(&self) -> bool {
+        self.iface.pending.may_send(self.group)
+    }
+}
+
+macro_rules! ordered {
+    ($self:ident) => {
+        if !$self.may_send() {
+            return Ok(Outcome::NoResource);
+        }
+    };
 }
 
 impl Ep for SelfEp {
     #[inline]
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
+        ordered!(self);
         check_am_id(id)?;
         let total = payload.len() + 8;
         check_length(total, self.iface.seg_size, "am_short")?;
@@ -260,6 +277,7 @@ impl Ep for SelfEp {
     }
 
     fn am_short_iov(&self, id: u8, iov: &[&[u8]]) -> OpResult {
+        ordered!(self);
         check_am_id(id)?;
         let total = iov.iter().map(|s| s.len()).fold(0usize, usize::saturating_add);
         check_length(total, self.iface.seg_size, "am_short_iov")?;
@@ -276,6 +294,7 @@ impl Ep for SelfEp {
 
     #[inline]
     fn am_bcopy(&self, id: u8, pack: PackFn<'_>, _flags: SendFlags) -> OpResult<usize> {
+        ordered!(self);
         check_am_id(id)?;
         let Some(mut buf) = self.iface.buffer() else { return Ok(Outcome::NoResource) };
         let seg = self.iface.seg_size;
@@ -286,6 +305,7 @@ impl Ep for SelfEp {
     }
 
     fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
         let off = self.check_rkey(rkey, remote_addr, data.len())?;
         // SAFETY: `with_region` holds the registration (valid memory, per `mem_reg`'s contract).
         with_region(rkey, |r| unsafe { r.write(off, data) })?;
@@ -293,20 +313,21 @@ impl Ep for SelfEp {
     }
 
     fn put_bcopy(&self, pack: PackFn<'_>, remote_addr: u64, rkey: &RemoteKey) -> OpResult<usize> {
-        let off = self.check_rkey(rkey, remote_addr, 0)?;
-        let len = with_region(rkey, |r| {
-            // SAFETY: the registration is held for the call; the tail slice is the registered
-            // memory past `off`, which only remote operations may touch while registered.
-            let dst = unsafe { r.tail_mut(off)? };
-            let room = dst.len();
-            let n = pack(dst);
-            check_length(n, room, "put_bcopy")?;
-            Ok(n)
-        })?;
+        ordered!(self);
+        // Pack into our own buffer first: user code never runs while the registration is held,
+        // and a bad address is an error, not a short slice handed to the callback.
+        let Some(mut buf) = self.iface.buffer() else { return Ok(Outcome::NoResource) };
+        let seg = self.iface.seg_size;
+        let len = pack(&mut buf.as_mut_slice()[..seg]);
+        check_length(len, seg, "put_bcopy")?;
+        let off = self.check_rkey(rkey, remote_addr, len)?;
+        // SAFETY: `with_region` holds the live registration (valid memory per `mem_reg`).
+        with_region(rkey, |r| unsafe { r.write(off, &buf.as_slice()[..len]) })?;
         Ok(Outcome::Done(len))
     }
 
     fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
         let off = self.check_rkey(rkey, remote_addr, buffer.len())?;
         // SAFETY: registration held; `buffer` is a live exclusive slice of the right length.
         with_region(rkey, |r| unsafe { r.read(off, buffer.as_mut_ptr(), buffer.len()) })?;
@@ -321,6 +342,8 @@ impl Ep for SelfEp {
         rkey: &RemoteKey,
         _comp: Option<&Rc<Completion>>,
     ) -> OpResult {
+        ordered!(self);
+        check_length(length, self.iface.seg_size, "get_bcopy")?;
         let off = self.check_rkey(rkey, remote_addr, length)?;
         // SAFETY: registration held; the caller guarantees `buffer` for `length` bytes.
         with_region(rkey, |r| unsafe { r.read(off, buffer, length) })?;
@@ -328,6 +351,7 @@ impl Ep for SelfEp {
     }
 
     fn atomic32_post(&self, op: AtomicOp, value: u32, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
         if !self.iface.attr.atomic32.op_flags.has(op) {
             return Err(Status::Unsupported);
         }
@@ -338,6 +362,7 @@ impl Ep for SelfEp {
     }
 
     fn atomic64_post(&self, op: AtomicOp, value: u64, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
         if !self.iface.attr.atomic64.op_flags.has(op) {
             return Err(Status::Unsupported);
         }
@@ -356,6 +381,7 @@ impl Ep for SelfEp {
         rkey: &RemoteKey,
         _comp: Option<&Rc<Completion>>,
     ) -> OpResult {
+        ordered!(self);
         if op == AtomicOp::Cswap || !self.iface.attr.atomic32.fop_flags.has(op) {
             return Err(Status::Unsupported);
         }
@@ -376,6 +402,7 @@ impl Ep for SelfEp {
         rkey: &RemoteKey,
         _comp: Option<&Rc<Completion>>,
     ) -> OpResult {
+        ordered!(self);
         if op == AtomicOp::Cswap || !self.iface.attr.atomic64.fop_flags.has(op) {
             return Err(Status::Unsupported);
         }
@@ -396,6 +423,7 @@ impl Ep for SelfEp {
         result: *mut u32,
         _comp: Option<&Rc<Completion>>,
     ) -> OpResult {
+        ordered!(self);
         let off = self.check_rkey(rkey, remote_addr, 4)?;
         // SAFETY: registration held; registered words are accessed atomically by contract.
         let old = with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| cswap32(a, compare, swap)))?;
@@ -413,6 +441,7 @@ impl Ep for SelfEp {
         result: *mut u64,
         _comp: Option<&Rc<Completion>>,
     ) -> OpResult {
+        ordered!(self);
         let off = self.check_rkey(rkey, remote_addr, 8)?;
         // SAFETY: registration held; registered words are accessed atomically by contract.
         let old = with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| cswap64(a, compare, swap)))?;
@@ -435,7 +464,7 @@ impl Ep for SelfEp {
     }
 
     fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
-        if self.iface.has_resources() {
+        if self.iface.has_resources() && self.iface.pending.group_is_empty(self.group) {
             return Err(Status::Busy);
         }
         self.iface.pending.push(self.group, req);

@@ -1,13 +1,15 @@
 //! The `self` component and memory domain: registrations of local memory and their keys.
 //!
-//! Registrations live in a process-wide table. A packed key names the registration by a
-//! generation-checked id and carries the process id and the region bounds; unpacking checks all
-//! of it, and every access looks the registration up again (under the table lock, which also
-//! holds off deregistration), so a stale or forged key fails with an error instead of reaching
-//! memory that is no longer registered.
+//! Each registration has a small shared record (bounds plus an `alive` flag under a read-write
+//! lock) listed in a process-wide table. A packed key names the registration by a
+//! generation-checked id and carries the process id and the bounds; unpacking looks the record
+//! up (it must be live and match the bounds exactly) and keeps it in the key. Every access
+//! takes the record's read lock and checks `alive`; deregistration takes the write lock, so a
+//! stale or forged key fails with an error instead of reaching memory that is no longer
+//! registered. No user code runs while a lock is held.
 
 use std::rc::Rc;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use ucs::idtable::{Id, IdTable};
 use ucs::{Status, UcsResult};
@@ -26,24 +28,29 @@ pub const DEVICE: &str = "memory0";
 const RKEY_MAGIC: u32 = u32::from_le_bytes(*b"SLFK");
 const RKEY_LEN: usize = 32;
 
-#[derive(Clone, Copy)]
+/// A registered region, shared by its handle, the table and the keys that name it.
 struct Registration {
     base: usize,
     len: usize,
+    alive: RwLock<bool>,
 }
 
-static REGISTRATIONS: LazyLock<Mutex<IdTable<Registration>>> = LazyLock::new(|| Mutex::new(IdTable::new()));
+type Table = IdTable<Arc<Registration>>;
 
-fn table() -> std::sync::MutexGuard<'static, IdTable<Registration>> {
+static REGISTRATIONS: LazyLock<Mutex<Table>> = LazyLock::new(|| Mutex::new(IdTable::new()));
+
+fn table() -> std::sync::MutexGuard<'static, Table> {
     REGISTRATIONS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs `f` on the registered region named by `rkey`, holding the table lock so the
-/// registration cannot end meanwhile. `off` is the offset `RemoteKey::check` returned.
+/// Runs `f` on the registered region named by `rkey` while holding the registration (its read
+/// lock), so it cannot end meanwhile. `f` must not call back into user code.
+#[inline]
 pub(crate) fn with_region<T>(rkey: &RemoteKey, f: impl FnOnce(LocalRegion) -> UcsResult<T>) -> UcsResult<T> {
-    let t = table();
-    let reg = t.get(Id::from_raw(rkey.rkey())).ok_or(Status::InvalidParam)?;
-    if reg.base as u64 != rkey.base() || reg.len as u64 != rkey.length() {
+    let reg = rkey.handle::<Arc<Registration>>().ok_or(Status::InvalidParam)?;
+    let alive = reg.alive.read().unwrap_or_else(|p| p.into_inner());
+    if !*alive {
+        tracing::debug!("self: remote key of a deregistered region");
         return Err(Status::InvalidParam);
     }
     f(LocalRegion { base: reg.base as *mut u8, len: reg.len })
@@ -51,16 +58,15 @@ pub(crate) fn with_region<T>(rkey: &RemoteKey, f: impl FnOnce(LocalRegion) -> Uc
 
 struct SelfRegion {
     id: Id,
-    base: *mut u8,
-    len: usize,
+    reg: Arc<Registration>,
 }
 
 impl MemRegion for SelfRegion {
     fn address(&self) -> *mut u8 {
-        self.base
+        self.reg.base as *mut u8
     }
     fn length(&self) -> usize {
-        self.len
+        self.reg.len
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -69,7 +75,10 @@ impl MemRegion for SelfRegion {
 
 impl Drop for SelfRegion {
     fn drop(&mut self) {
-        table().remove(self.id);
+        // Waits for accesses in flight; later ones see `alive == false`.
+        *self.reg.alive.write().unwrap_or_else(|p| p.into_inner()) = false;
+        let removed = table().remove(self.id);
+        drop(removed);
     }
 }
 
@@ -112,10 +121,15 @@ impl Component for SelfComponent {
             return Err(Status::Unreachable);
         }
         let (id, base, len) = (word(8), word(16), word(24));
-        if base.checked_add(len).is_none() {
+        let reg = table().get(Id::from_raw(id)).cloned().ok_or_else(|| {
+            tracing::debug!(id, "self rkey: no such registration (stale or corrupted key)");
+            Status::InvalidParam
+        })?;
+        if reg.base as u64 != base || reg.len as u64 != len {
+            tracing::debug!(base, len, "self rkey: bounds do not match the registration");
             return Err(Status::InvalidParam);
         }
-        Ok(RemoteKey::new(NAME, id, base, len, None))
+        Ok(RemoteKey::new(NAME, id, base, len, Some(Box::new(reg))))
     }
 }
 
@@ -167,8 +181,9 @@ impl Md for SelfMd {
         if addr.is_null() && len > 0 || (addr as usize).checked_add(len).is_none() {
             return Err(Status::InvalidParam);
         }
-        let id = table().insert(Registration { base: addr as usize, len });
-        Ok(MemH::new(SelfRegion { id, base: addr, len }))
+        let reg = Arc::new(Registration { base: addr as usize, len, alive: RwLock::new(true) });
+        let id = table().insert(reg.clone());
+        Ok(MemH::new(SelfRegion { id, reg }))
     }
 
     fn mkey_pack(&self, memh: &MemH) -> UcsResult<Vec<u8>> {
@@ -177,8 +192,8 @@ impl Md for SelfMd {
         out.extend_from_slice(&RKEY_MAGIC.to_le_bytes());
         out.extend_from_slice(&std::process::id().to_le_bytes());
         out.extend_from_slice(&r.id.raw().to_le_bytes());
-        out.extend_from_slice(&(r.base as u64).to_le_bytes());
-        out.extend_from_slice(&(r.len as u64).to_le_bytes());
+        out.extend_from_slice(&(r.reg.base as u64).to_le_bytes());
+        out.extend_from_slice(&(r.reg.len as u64).to_le_bytes());
         Ok(out)
     }
 }

@@ -7,7 +7,8 @@ use ucs::{Outcome, Status};
 
 use super::setup::{pattern, Options, Pair};
 use super::Verdict;
-use crate::{AmDesc, AmRecv, Ep, IfaceFlags, Iov, MemAccess, PendingOutcome, PendingReq, SendFlags};
+use crate::{AmDesc, AmRecv, Ep, IfaceFlags, Iov, MemAccess, PendingOutcome, PendingReq, SendFlags, AM_ID_MAX};
+use std::rc::Weak;
 
 const AM_ID: u8 = 5;
 
@@ -57,7 +58,31 @@ pub fn am_sizes(opts: &Options) -> Verdict {
         }
         let over = pattern(99, max_payload + 1);
         let r = ep.am_short(AM_ID, 0, &over);
-        assert!(r.is_err(), "am_short one byte over max_short must fail, got {r:?}");
+        assert_eq!(r, Err(Status::InvalidParam), "am_short one byte over max_short");
+        // The highest valid id works; short iov gathers its parts in order.
+        let inbox31 = collecting_handler(&pair, AM_ID_MAX - 1);
+        let parts: [&[u8]; 3] = [b"head", b"", b"-tail"];
+        let r = pair.retry("am_short to id 31", || ep.am_short(AM_ID_MAX - 1, 31, b"x"));
+        assert_eq!(r, Ok(Outcome::Done(())), "am_short to the last valid id");
+        assert_eq!(expect_one(&pair, &inbox31, "id 31 delivery")[8..], *b"x");
+        match ep.am_short_iov(AM_ID, &parts) {
+            Err(Status::Unsupported) => {}
+            r => {
+                let r = if r == Ok(Outcome::NoResource) {
+                    pair.retry("am_short_iov", || ep.am_short_iov(AM_ID, &parts))
+                } else {
+                    r
+                };
+                assert_eq!(r, Ok(Outcome::Done(())), "am_short_iov");
+                assert_eq!(expect_one(&pair, &inbox, "am_short_iov delivery"), b"head-tail");
+            }
+        }
+        let big = vec![0u8; attr.am.max_short];
+        assert_eq!(
+            ep.am_short_iov(AM_ID, &[&big, b"x"]).err().map(|e| e == Status::InvalidParam || e == Status::Unsupported),
+            Some(true),
+            "am_short_iov over max_short"
+        );
         pair.worker.progress();
         assert!(inbox.borrow().is_empty(), "a rejected am_short was delivered");
     }
@@ -80,7 +105,7 @@ pub fn am_sizes(opts: &Options) -> Verdict {
             assert_eq!(got, data, "am_bcopy payload of {len} bytes");
         }
         let r = ep.am_bcopy(AM_ID, &mut |buf: &mut [u8]| buf.len() + 1, SendFlags::empty());
-        assert!(r.is_err(), "am_bcopy packing more than max_bcopy must fail, got {r:?}");
+        assert_eq!(r, Err(Status::InvalidParam), "am_bcopy packing more than its buffer");
         pair.worker.progress();
         assert!(inbox.borrow().is_empty(), "a rejected am_bcopy was delivered");
     }
@@ -179,7 +204,54 @@ pub fn am_keep_desc(opts: &Options) -> Verdict {
     }
     pair.wait("128 messages", || seen.get() == 128);
     check(&kept.borrow());
+    // Descriptors may outlive the interface that lent them.
+    drop(pair);
+    check(&kept.borrow());
     kept.borrow_mut().clear();
+    Verdict::Passed
+}
+
+/// A handler that sends: each message on id A makes the handler send a reply on id B through
+/// an endpoint back to the sender, which must arrive.
+pub fn am_reentrant(opts: &Options) -> Verdict {
+    let pair = open(opts, false, 1);
+    let attr = pair.sender().attr().clone();
+    if !attr.flags.contains(IfaceFlags::AM_SHORT) {
+        return Verdict::Skipped("no AM_SHORT".into());
+    }
+    let reply = pair.reply_ep().unwrap_or_else(|e| panic!("cannot create a reply endpoint: {e}"));
+    let replies: Inbox = Rc::default();
+    let r2 = replies.clone();
+    // Replies arrive at the sender's interface (the receiver itself for loopback transports).
+    let reply_iface = pair.sender.as_deref().unwrap_or(&*pair.receiver);
+    reply_iface.set_am_handler(7, Some(Rc::new(move |m: AmRecv<'_>| r2.borrow_mut().push(m.data().to_vec())))).unwrap();
+    let failures = Rc::new(Cell::new(0u32));
+    let f2 = failures.clone();
+    let reply2 = reply.clone();
+    pair.receiver
+        .set_am_handler(
+            AM_ID,
+            Some(Rc::new(move |m: AmRecv<'_>| {
+                let seq = u64::from_ne_bytes(m.data()[..8].try_into().unwrap_or_default());
+                // Handlers may not progress, so a reply that finds no resources is counted.
+                if reply2.am_short(7, seq + 1000, b"reply") != Ok(Outcome::Done(())) {
+                    f2.set(f2.get() + 1);
+                }
+            })),
+        )
+        .unwrap();
+    for seq in 0..32u64 {
+        let r = pair.retry("am_short", || pair.eps[0].am_short(AM_ID, seq, &[]));
+        assert_eq!(r, Ok(Outcome::Done(())));
+        pair.wait("reply", || replies.borrow().len() as u64 + failures.get() as u64 > seq);
+    }
+    let got = replies.borrow();
+    assert!(got.len() >= 16, "only {} of 32 replies sent from handlers arrived", got.len());
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r[8..], *b"reply", "reply {i} payload");
+    }
+    reply_iface.set_am_handler(7, None).unwrap();
+    pair.receiver.set_am_handler(AM_ID, None).unwrap();
     Verdict::Passed
 }
 
@@ -223,7 +295,7 @@ pub fn am_zcopy_iov(opts: &Options) -> Verdict {
 /// A sender that queues itself as a pending request after `NoResource`.
 struct Sender {
     ep_index: u64,
-    ep: *const dyn Ep,
+    ep: Weak<dyn Ep>,
     next: Cell<u64>,
     total: u64,
     short: bool,
@@ -232,9 +304,7 @@ struct Sender {
 impl Sender {
     /// Sends the next message; `Ok(true)` when sent, `Ok(false)` on NoResource.
     fn send_one(&self) -> Result<bool, Status> {
-        // SAFETY: the endpoint outlives every Sender (the check drops senders first and purges
-        // pending queues before endpoints go away).
-        let ep = unsafe { &*self.ep };
+        let ep = self.ep.upgrade().expect("pending request called after its endpoint was destroyed");
         let seq = self.next.get();
         let header = self.ep_index << 32 | seq;
         let r = if self.short {
@@ -313,7 +383,7 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
         .iter()
         .enumerate()
         .map(|(i, ep)| {
-            Rc::new(Sender { ep_index: i as u64, ep: &**ep as *const dyn Ep, next: Cell::new(0), total: PER_EP, short })
+            Rc::new(Sender { ep_index: i as u64, ep: Rc::downgrade(ep), next: Cell::new(0), total: PER_EP, short })
         })
         .collect();
     // Phase 1: send round robin without progress until every endpoint is queued as pending.
@@ -324,12 +394,12 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
             if queued[i] {
                 continue;
             }
-            if s.finished() {
-                return Verdict::Skipped(format!(
-                    "sent {sends} messages without NoResource; scarce_config {:?} does not limit resources",
-                    opts.scarce_config
-                ));
-            }
+            assert!(
+                !s.finished(),
+                "PENDING is advertised but {sends} sends never returned NoResource: give Options::scarce_config \
+                 overrides that limit send resources (now {:?})",
+                opts.scarce_config
+            );
             match s.send_one() {
                 Ok(true) => sends += 1,
                 Ok(false) => match pair.eps[i].pending_add(s.clone()) {
@@ -339,6 +409,19 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
                 },
                 Err(e) => panic!("send failed: {e}"),
             }
+        }
+    }
+    // Progress while still exhausted must neither lose nor stall requests.
+    for _ in 0..64 {
+        pair.worker.progress();
+    }
+    // While requests are queued on an endpoint, a direct send on it must not overtake them.
+    if let Some(d) = kept.borrow_mut().pop() {
+        drop(d);
+    }
+    for (i, s) in senders.iter().enumerate() {
+        if !s.finished() {
+            assert_eq!(s.send_one(), Ok(false), "endpoint {i}: a send overtook queued pending requests");
         }
     }
     let phase1 = order.borrow().len();
@@ -372,6 +455,9 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
             let (min, max) = (count.iter().min().copied().unwrap_or(0), count.iter().max().copied().unwrap_or(0));
             assert!(max - min <= 2 + 1, "unfair pending dispatch: per-endpoint counts {count:?}");
         }
+    }
+    for ep in &pair.eps {
+        ep.pending_purge(&mut drop);
     }
     drop(senders);
     Verdict::Passed

@@ -19,7 +19,7 @@ mod am;
 mod rma;
 mod setup;
 
-pub use am::{am_invalid, am_keep_desc, am_sizes, am_zcopy_iov, pending_fairness};
+pub use am::{am_invalid, am_keep_desc, am_reentrant, am_sizes, am_zcopy_iov, pending_fairness};
 pub use rma::{atomics, ep_check, flush, put_get, rkey_unpack_garbage};
 pub use setup::{Options, Pair};
 
@@ -51,6 +51,7 @@ pub fn run_all(opts: &Options) -> Vec<(&'static str, Verdict)> {
         ("am_sizes", am_sizes(opts)),
         ("am_invalid", am_invalid(opts)),
         ("am_keep_desc", am_keep_desc(opts)),
+        ("am_reentrant", am_reentrant(opts)),
         ("am_zcopy_iov", am_zcopy_iov(opts)),
         ("pending_fairness", pending_fairness(opts)),
         ("flush", flush(opts)),

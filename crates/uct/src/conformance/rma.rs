@@ -10,9 +10,14 @@ fn open(opts: &Options) -> Pair {
     Pair::open(opts, false, 1).unwrap_or_else(|e| panic!("{}: cannot open a connected pair: {e}", opts.resource))
 }
 
+/// Waits for an operation started with a fresh `Completion::counter(1)`.
 fn finish(pair: &Pair, what: &str, r: Result<Outcome<()>, Status>, comp: &std::rc::Rc<Completion>) {
     match r {
-        Ok(Outcome::Done(())) => {}
+        Ok(Outcome::Done(())) => {
+            // Done means no callback: the completion must be untouched, now and later.
+            pair.worker.progress();
+            assert_eq!(comp.count(), 1, "{what}: returned Done but also signalled its completion");
+        }
         Ok(Outcome::InProgress) => pair.wait(what, || comp.count() == 0),
         other => panic!("{what}: {other:?}"),
     }
@@ -30,7 +35,7 @@ pub fn flush(opts: &Options) -> Verdict {
             let _ = pair.retry("am_short", || ep.am_short(1, i, &[]));
         }
     }
-    for flags in [FlushFlags::LOCAL, FlushFlags::REMOTE] {
+    for flags in [FlushFlags::LOCAL, FlushFlags::REMOTE, FlushFlags::CANCEL] {
         // Without a completion: retry until Done.
         let start = std::time::Instant::now();
         loop {
@@ -43,10 +48,21 @@ pub fn flush(opts: &Options) -> Verdict {
                 Err(e) => panic!("ep flush {flags:?}: {e}"),
             }
         }
-        // With a completion.
-        let comp = Completion::counter(1);
-        let r = pair.retry("ep flush", || ep.flush(flags, Some(&comp)));
-        finish(&pair, "ep flush completion", r, &comp);
+        // With a completion whose callback records the status.
+        let fired = std::rc::Rc::new(std::cell::Cell::new(None));
+        let f2 = fired.clone();
+        let comp = Completion::new(1, move |s| f2.set(Some(s)));
+        match pair.retry("ep flush", || ep.flush(flags, Some(&comp))) {
+            Ok(Outcome::Done(())) => {
+                pair.worker.progress();
+                assert_eq!(fired.get(), None, "ep flush returned Done but also ran the callback");
+            }
+            Ok(Outcome::InProgress) => {
+                pair.wait("ep flush callback", || fired.get().is_some());
+                assert_eq!(fired.get(), Some(Status::Ok), "ep flush callback status");
+            }
+            other => panic!("ep flush with completion: {other:?}"),
+        }
         let comp = Completion::counter(1);
         let r = pair.retry("iface flush", || pair.sender().flush(flags, Some(&comp)));
         finish(&pair, "iface flush completion", r, &comp);
@@ -70,7 +86,7 @@ pub fn put_get(opts: &Options) -> Verdict {
     }
     const LEN: usize = 4096;
     let Some(t) = target(&pair, LEN) else {
-        return Verdict::Skipped("memory domain can neither allocate nor register".into());
+        return Verdict::Skipped("no ALLOC or REG in the memory domain".into());
     };
     let ep = &pair.eps[0];
     let base = t.addr();
@@ -83,9 +99,12 @@ pub fn put_get(opts: &Options) -> Verdict {
         assert_eq!(t.read(8, size), data, "put_short data");
         // Out of range: the last byte would be past the end.
         let r = ep.put_short(&data, base + LEN as u64 - size as u64 + 1, &t.rkey);
-        assert!(r.is_err(), "put_short past the region must fail, got {r:?}");
+        assert_eq!(r, Err(Status::OutOfRange), "put_short past the region");
         let r = ep.put_short(&data, base.wrapping_sub(8), &t.rkey);
-        assert!(r.is_err(), "put_short before the region must fail, got {r:?}");
+        assert_eq!(r, Err(Status::OutOfRange), "put_short before the region");
+        let r = ep.put_short(&data, u64::MAX - 2, &t.rkey);
+        assert_eq!(r, Err(Status::OutOfRange), "put_short at the top of the address space");
+        assert!(t.guards_intact(), "a rejected put_short wrote outside the region");
     }
     if f.contains(IfaceFlags::PUT_BCOPY) {
         let data = pattern(2, 1000.min(attr.put.max_bcopy));
@@ -102,8 +121,18 @@ pub fn put_get(opts: &Options) -> Verdict {
         assert_eq!(r, Ok(Outcome::Done(data.len())), "put_bcopy");
         flush_all(&pair);
         assert_eq!(t.read(100, data.len()), data, "put_bcopy data");
-        let r = ep.put_bcopy(&mut |b: &mut [u8]| b.len() + 1, base + LEN as u64 - 4, &t.rkey);
-        assert!(r.is_err(), "put_bcopy packing past the region must fail, got {r:?}");
+        let r = ep.put_bcopy(
+            &mut |b: &mut [u8]| {
+                b[..8].fill(0xee);
+                8
+            },
+            base + LEN as u64 - 4,
+            &t.rkey,
+        );
+        assert_eq!(r, Err(Status::OutOfRange), "put_bcopy past the region");
+        let r = ep.put_bcopy(&mut |b: &mut [u8]| b.len() + 1, base, &t.rkey);
+        assert_eq!(r, Err(Status::InvalidParam), "put_bcopy packing more than its buffer");
+        assert!(t.guards_intact(), "a rejected put_bcopy wrote outside the region");
     }
     if f.contains(IfaceFlags::GET_SHORT) {
         let data = pattern(3, size.min(attr.get.max_short));
@@ -112,7 +141,7 @@ pub fn put_get(opts: &Options) -> Verdict {
         assert_eq!(pair.retry("get_short", || ep.get_short(&mut got, base + 2000, &t.rkey)), Ok(Outcome::Done(())));
         assert_eq!(got, data, "get_short data");
         let r = ep.get_short(&mut got, base + LEN as u64 - 1, &t.rkey);
-        assert!(r.is_err(), "get_short past the region must fail, got {r:?}");
+        assert_eq!(r, Err(Status::OutOfRange), "get_short past the region");
     }
     if f.contains(IfaceFlags::GET_BCOPY) {
         let data = pattern(4, 777.min(attr.get.max_bcopy));
@@ -129,6 +158,20 @@ pub fn put_get(opts: &Options) -> Verdict {
     if f.intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY) {
         zcopy_round_trip(&pair, &t, &attr);
     }
+    assert!(t.guards_intact(), "put/get wrote outside the region");
+    // A key whose region was deregistered must not reach the memory any more.
+    let mut t = t;
+    t.deregister();
+    if f.contains(IfaceFlags::PUT_SHORT) {
+        let r = ep.put_short(&[1u8; 8], base, &t.rkey);
+        assert!(r.is_err(), "put_short through the key of a deregistered region must fail, got {r:?}");
+    }
+    if f.contains(IfaceFlags::GET_SHORT) {
+        let mut b = [0u8; 8];
+        let r = ep.get_short(&mut b, base, &t.rkey);
+        assert!(r.is_err(), "get_short through the key of a deregistered region must fail, got {r:?}");
+    }
+    assert!(t.guards_intact());
     Verdict::Passed
 }
 
@@ -185,7 +228,7 @@ pub fn atomics(opts: &Options) -> Verdict {
         return Verdict::Skipped("no atomics".into());
     }
     let Some(t) = target(&pair, 64) else {
-        return Verdict::Skipped("memory domain can neither allocate nor register".into());
+        return Verdict::Skipped("no ALLOC or REG in the memory domain".into());
     };
     let ep = &pair.eps[0];
     let (a64, a32) = (t.addr() + 16, t.addr() + 32);
@@ -276,10 +319,17 @@ pub fn atomics(opts: &Options) -> Verdict {
     // Misaligned and out-of-range targets are errors.
     if attr.atomic64.op_flags.has(AtomicOp::Add) {
         let r = ep.atomic64_post(AtomicOp::Add, 1, t.addr() + 4, &t.rkey);
-        assert!(r.is_err(), "misaligned 64-bit atomic must fail, got {r:?}");
+        assert_eq!(r, Err(Status::InvalidParam), "misaligned 64-bit atomic");
         let r = ep.atomic64_post(AtomicOp::Add, 1, t.addr() + 64, &t.rkey);
-        assert!(r.is_err(), "out-of-range 64-bit atomic must fail, got {r:?}");
+        assert_eq!(r, Err(Status::OutOfRange), "out-of-range 64-bit atomic");
     }
+    if attr.atomic32.op_flags.has(AtomicOp::Add) {
+        let r = ep.atomic32_post(AtomicOp::Add, 1, t.addr() + 2, &t.rkey);
+        assert_eq!(r, Err(Status::InvalidParam), "misaligned 32-bit atomic");
+        let r = ep.atomic32_post(AtomicOp::Add, 1, t.addr() + 62, &t.rkey);
+        assert_eq!(r, Err(Status::OutOfRange), "out-of-range 32-bit atomic");
+    }
+    assert!(t.guards_intact(), "atomics wrote outside the region");
     assert!(tested > 0);
     Verdict::Passed
 }
@@ -302,7 +352,7 @@ pub fn ep_check(opts: &Options) -> Verdict {
 pub fn rkey_unpack_garbage(opts: &Options) -> Verdict {
     let pair = open(opts);
     let Some(t) = target(&pair, 128) else {
-        return Verdict::Skipped("memory domain can neither allocate nor register".into());
+        return Verdict::Skipped("no ALLOC or REG in the memory domain".into());
     };
     let comp = pair.md.component();
     let good = &t.packed;
@@ -315,15 +365,19 @@ pub fn rkey_unpack_garbage(opts: &Options) -> Verdict {
     assert!(comp.rkey_unpack(&longer).is_err(), "key with a trailing byte accepted");
     // Flip every bit in turn: either rejected, or (for fields the transport cannot check, such
     // as bounds) harmless - any access through it stays in bounds or fails.
+    t.write(0, &[0u8; 128]);
     for bit in 0..good.len() * 8 {
         let mut bad = good.clone();
         bad[bit / 8] ^= 1 << (bit % 8);
         if let Ok(k) = comp.rkey_unpack(&bad) {
             if pair.sender().attr().flags.contains(IfaceFlags::PUT_SHORT) {
-                let _ = pair.eps[0].put_short(&[0u8; 8], k.base(), &k);
+                for addr in [k.base(), k.base().wrapping_add(k.length()).wrapping_sub(8), t.addr() + 120] {
+                    let _ = pair.eps[0].put_short(&[0xa5u8; 8], addr, &k);
+                }
             }
         }
     }
+    assert!(t.guards_intact(), "a corrupted key wrote outside the region");
     for seed in 0..256u64 {
         let junk = pattern(seed, (seed as usize) % 64);
         let _ = comp.rkey_unpack(&junk);

@@ -54,9 +54,9 @@ impl Options {
 /// transports (`self`) the sender is the receiver itself.
 pub struct Pair {
     /// Endpoints from the sender to the receiver (one unless more were asked for).
-    pub eps: Vec<Box<dyn Ep>>,
+    pub eps: Vec<Rc<dyn Ep>>,
     /// Endpoints from the receiver back to the sender (to-ep transports keep them alive).
-    pub back_eps: Vec<Box<dyn Ep>>,
+    pub back_eps: Vec<Rc<dyn Ep>>,
     /// Receiving interface.
     pub receiver: Box<dyn Iface>,
     /// Sending interface, unless the receiver sends to itself.
@@ -93,10 +93,20 @@ impl Pair {
             Pair { eps: Vec::new(), back_eps: Vec::new(), receiver, sender, md, worker, timeout: opts.timeout };
         for i in 0..n_eps {
             let (ep, back) = pair.connect(i as u64)?;
-            pair.eps.push(ep);
-            pair.back_eps.extend(back);
+            pair.eps.push(ep.into());
+            pair.back_eps.extend(back.map(Rc::from));
         }
         Ok(pair)
+    }
+
+    /// An endpoint from the receiver to the sender, for replies from handlers.
+    pub fn reply_ep(&self) -> UcsResult<Rc<dyn Ep>> {
+        if let Some(b) = self.back_eps.first() {
+            return Ok(b.clone());
+        }
+        let s = self.sender();
+        let (dev, addr) = (s.device_address(), s.iface_address());
+        Ok(self.receiver.ep_create(&EpParams::to_iface(&dev, &addr))?.into())
     }
 
     /// The interface that sends.
@@ -154,14 +164,17 @@ impl Pair {
     }
 
     /// A remote-accessible region of `len` bytes on the receiver's side with its unpacked key.
-    /// Allocated by the memory domain when it can allocate, else registered from the heap.
+    /// Allocated by the memory domain when it can allocate, else registered from the heap with
+    /// guard bytes on both sides ([`Target::guards_intact`]).
     pub fn target_region(&self, len: usize) -> UcsResult<Target> {
         let attr = self.md.attr();
         let (memh, heap) = if attr.flags.contains(crate::MdFlags::ALLOC) {
             (self.md.mem_alloc(len, MemAccess::ALL, "conformance")?, None)
         } else {
-            let mut heap = vec![0u64; len.div_ceil(8)].into_boxed_slice();
-            let ptr = heap.as_mut_ptr().cast::<u8>();
+            let mut heap = vec![GUARD_WORD; len.div_ceil(8) + 2 * GUARD_WORDS].into_boxed_slice();
+            heap[GUARD_WORDS..GUARD_WORDS + len.div_ceil(8)].fill(0);
+            // SAFETY: in bounds: the allocation has GUARD_WORDS words on each side.
+            let ptr = unsafe { heap.as_mut_ptr().add(GUARD_WORDS) }.cast::<u8>();
             // SAFETY: the boxed slice lives in the returned Target, which drops the MemH first.
             let memh = unsafe { self.md.mem_reg(ptr, len, MemAccess::ALL)? };
             (memh, Some(heap))
@@ -171,6 +184,9 @@ impl Pair {
         Ok(Target { rkey, packed, memh: Some(memh), _heap: heap })
     }
 }
+
+const GUARD_WORDS: usize = 8;
+const GUARD_WORD: u64 = 0x5afe_9a2d_5afe_9a2d;
 
 /// A region a peer may access, with its packed and unpacked key.
 pub struct Target {
@@ -185,12 +201,12 @@ pub struct Target {
 impl Target {
     /// Remote address of the region start.
     pub fn addr(&self) -> u64 {
-        self.memh.as_ref().map_or(0, |m| m.address() as u64)
+        self.rkey.base()
     }
 
     /// Region length.
     pub fn len(&self) -> usize {
-        self.memh.as_ref().map_or(0, |m| m.length())
+        self.rkey.length() as usize
     }
 
     /// True for an empty region.
@@ -200,7 +216,7 @@ impl Target {
 
     /// Reads the region's current bytes (the region is in this process).
     pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
-        assert!(off + len <= self.len());
+        assert!(self.memh.is_some() && off + len <= self.len(), "read outside a live region");
         let mut out = vec![0u8; len];
         // SAFETY: in bounds (asserted); the region is live while `self` holds the MemH, and no
         // operation is in flight while the kit inspects it.
@@ -208,9 +224,26 @@ impl Target {
         out
     }
 
+    /// True when the guard bytes around a heap-registered region are untouched (always true
+    /// for memory-domain allocations, which have no guards).
+    pub fn guards_intact(&self) -> bool {
+        match &self._heap {
+            None => true,
+            Some(h) => {
+                let n = h.len();
+                h[..GUARD_WORDS].iter().chain(&h[n - GUARD_WORDS..]).all(|&w| w == GUARD_WORD)
+            }
+        }
+    }
+
+    /// Deregisters the region now, keeping the memory: later accesses through the key must fail.
+    pub fn deregister(&mut self) {
+        self.memh.take();
+    }
+
     /// Writes bytes into the region directly.
     pub fn write(&self, off: usize, data: &[u8]) {
-        assert!(off + data.len() <= self.len());
+        assert!(self.memh.is_some() && off + data.len() <= self.len(), "write outside a live region");
         // SAFETY: as in `read`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.addr() as *mut u8).add(off), data.len()) };
     }
