@@ -21,7 +21,7 @@ mod setup;
 
 pub use am::{am_invalid, am_keep_desc, am_reentrant, am_sizes, am_zcopy_iov, pending_fairness};
 pub use rma::{atomics, ep_check, flush, put_get, rkey_unpack_garbage};
-pub use setup::{Options, Pair};
+pub use setup::{Options, Pair, Target};
 
 /// Outcome of one check.
 #[derive(Clone, Debug, PartialEq, Eq)]
