@@ -176,7 +176,10 @@ impl PendingQueue {
                     idle_steps = 0;
                 }
                 ArbResult::Stop => return done,
-                ArbResult::NextGroup | ArbResult::DeschedGroup => idle_steps += 1,
+                // A group that keeps its place without finishing a request: after a whole round
+                // of those, stop. A descheduled group leaves the schedule, which is progress.
+                ArbResult::NextGroup => idle_steps += 1,
+                ArbResult::DeschedGroup => {}
             }
         }
     }
