@@ -9,6 +9,7 @@
 //! `posix`/`sysv` shared-memory FIFOs and `cma` single-copy arrive with the shared-memory issue.
 //! Call [`register`] once to make the components visible to `uct` discovery.
 
+pub mod mm;
 pub mod self_;
 mod sm;
 
