@@ -4,3 +4,4 @@
 //! and tested across threads; segments, interfaces and endpoints follow.
 
 pub mod fifo;
+pub mod segment;
