@@ -3,5 +3,6 @@
 //! Work in progress for the shared-memory issue: the FIFO protocol ([`fifo`]) is implemented
 //! and tested across threads; segments, interfaces and endpoints follow.
 
+pub mod config;
 pub mod fifo;
 pub mod segment;
