@@ -41,6 +41,9 @@ pub enum Resources {
     /// This endpoint alone is out of resources: skip it until the transport calls
     /// [`PendingQueue::schedule`] for it.
     EpExhausted,
+    /// This endpoint is out of resources for now (e.g. its peer's FIFO is full): skip it in this
+    /// round but keep it scheduled, so a later dispatch checks it again.
+    EpNotReady,
 }
 
 /// Per-interface pending queue shared by transport implementations.
@@ -159,6 +162,7 @@ impl PendingQueue {
                 }
                 Resources::IfaceExhausted => ArbResult::Stop,
                 Resources::EpExhausted => ArbResult::DeschedGroup,
+                Resources::EpNotReady => ArbResult::NextGroup,
             };
             let elem = if verdict == ArbResult::RemoveElem { None } else { Some(req.clone()) };
             // The group may have been removed or purged while the callback ran; then the
@@ -234,6 +238,18 @@ mod tests {
         assert_eq!(q.dispatch(|_| Resources::Available), 0, "a stays descheduled");
         q.schedule(a);
         assert_eq!(q.dispatch(|_| Resources::Available), 1);
+        assert_eq!(*log.borrow(), [2, 1]);
+    }
+
+    #[test]
+    fn ep_not_ready_stays_scheduled() {
+        let q = PendingQueue::new();
+        let log = Rc::default();
+        let (a, b) = (q.add_group(), q.add_group());
+        q.push(a, req(&log, 1, &[]));
+        q.push(b, req(&log, 2, &[]));
+        assert_eq!(q.dispatch(|g| if g == a { Resources::EpNotReady } else { Resources::Available }), 1);
+        assert_eq!(q.dispatch(|_| Resources::Available), 1, "a is checked again without schedule()");
         assert_eq!(*log.borrow(), [2, 1]);
     }
 
