@@ -1,7 +1,7 @@
 //! # tests - cross-backend integration tests
 //!
 //! Integration tests that run the same checks over every transport resource this machine
-//! provides: today `self`; shared memory and InfiniBand join as their crates implement them.
+//! provides: today `self`, `posix` and `sysv`; `cma` and InfiniBand join as their crates implement them.
 //! The tests live in `tests/tests/`; this library holds what they share.
 
 use uct::conformance::Options;
@@ -17,6 +17,7 @@ pub fn options_for(resource: &str) -> Options {
     let opts = Options::new(resource);
     match resource.split('/').next() {
         Some("self") => opts.with_scarce_config("RX_MAX_BUFS", "16"),
+        Some("posix" | "sysv") => opts.with_scarce_config("FIFO_SIZE", "8"),
         _ => opts,
     }
 }

@@ -5,8 +5,9 @@
 //! | transport | device | what it does |
 //! |---|---|---|
 //! | `self` | `memory0` | loopback inside one process: handlers run inside the send call |
+//! | `posix`, `sysv` | `memory` | a receive FIFO per interface in shared memory ([`mm`]) |
 //!
-//! `posix`/`sysv` shared-memory FIFOs and `cma` single-copy arrive with the shared-memory issue.
+//! `cma` single-copy arrives with the rest of the shared-memory issue.
 //! Call [`register`] once to make the components visible to `uct` discovery.
 
 pub mod mm;
@@ -16,4 +17,6 @@ mod sm;
 /// Registers this crate's components with `uct` (idempotent).
 pub fn register() {
     uct::register_component(&self_::COMPONENT);
+    uct::register_component(&mm::POSIX);
+    uct::register_component(&mm::SYSV);
 }

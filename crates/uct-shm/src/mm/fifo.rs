@@ -324,6 +324,12 @@ impl Consumer {
         }
     }
 
+    /// The slot (element index) of the read index.
+    #[inline]
+    pub fn index_slot(&self) -> usize {
+        (self.read_index & (self.fifo.layout.fifo_size as u64 - 1)) as usize
+    }
+
     /// Inline data of the element at the read index (`max_inline` bytes available).
     #[inline]
     pub fn inline_ptr(&self) -> *const u8 {

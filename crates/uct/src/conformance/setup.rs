@@ -236,7 +236,12 @@ impl Target {
         }
     }
 
-    /// Deregisters the region now, keeping the memory: later accesses through the key must fail.
+    /// True when the region is heap memory registered with the domain (not allocated by it).
+    pub fn is_registered_heap(&self) -> bool {
+        self._heap.is_some()
+    }
+
+    /// Deregisters the region now (heap memory stays allocated, so the guards stay readable).
     pub fn deregister(&mut self) {
         self.memh.take();
     }

@@ -1,0 +1,418 @@
+//! The memory-mapped endpoint: writes into a peer interface's FIFO and descriptors, and
+//! accesses memory the peer allocated through remote keys.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use ucs::arbiter::GroupId;
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{
+    check_am_id, check_length, AtomicOp, Completion, Ep, FlushFlags, PackFn, PendingHandle, RemoteKey, SendFlags,
+};
+
+use super::fifo::{FifoLayout, Producer};
+use super::iface::{Inner, IFACE_ADDR_LEN};
+use super::md::{rkey_segment, MmComponent};
+use super::segment::{SegId, Segment};
+use crate::sm::{atomic_op32, atomic_op64, cswap32, cswap64, LocalRegion};
+
+/// A peer interface, as its address describes it (validated).
+pub(crate) struct RemoteIface {
+    seg: SegId,
+    id: u64,
+    layout: FifoLayout,
+    seg_size: usize,
+}
+
+impl RemoteIface {
+    /// Parses and validates an interface address of component `comp`.
+    pub(crate) fn parse(comp: &MmComponent, a: &[u8]) -> UcsResult<Self> {
+        if a.len() != IFACE_ADDR_LEN {
+            return Err(Status::InvalidAddr);
+        }
+        let seg = SegId::unpack(&a[..SegId::PACKED_LEN])?;
+        let word = |i: usize| u32::from_le_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
+        let at = SegId::PACKED_LEN;
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&a[at..at + 8]);
+        let layout = FifoLayout::new(word(at + 8), word(at + 12)).map_err(|_| Status::InvalidAddr)?;
+        let seg_size = word(at + 16) as usize;
+        if seg.kind != comp.kind || seg_size == 0 || seg_size > u16::MAX as usize || layout.total_len() as u64 > seg.len
+        {
+            return Err(Status::InvalidAddr);
+        }
+        Ok(RemoteIface { seg, id: u64::from_le_bytes(id), layout, seg_size })
+    }
+}
+
+/// What the interface's pending dispatch needs to know about an endpoint.
+pub(crate) struct EpShared {
+    producer: Producer,
+    /// The peer's segment; declared after `producer`, whose FIFO view points into it.
+    seg: Segment,
+    remote: RemoteIface,
+    failed: Cell<Option<Status>>,
+    last_check: Cell<u64>,
+}
+
+impl EpShared {
+    pub(crate) fn has_room(&self) -> bool {
+        self.failed.get().is_none() && self.producer.has_room()
+    }
+}
+
+/// An endpoint to a `posix` or `sysv` interface.
+pub struct MmEp {
+    shared: Rc<EpShared>,
+    iface: Rc<Inner>,
+    group: GroupId,
+    user_data: u64,
+    max_short: usize,
+}
+
+const PEER_CHECK_INTERVAL_NS: u64 = 1_000_000;
+
+impl MmEp {
+    pub(crate) fn connect(iface: &Rc<Inner>, addr: &[u8], user_data: u64) -> UcsResult<Self> {
+        let remote = RemoteIface::parse(iface.comp, addr)?;
+        let seg = Segment::attach(remote.seg)?;
+        // SAFETY: the mapping lives in `EpShared::seg`, dropped after the producer.
+        let fifo = unsafe { super::fifo::Fifo::from_raw(seg.base(), seg.len(), remote.layout)? };
+        let shared = Rc::new(EpShared {
+            producer: Producer::new(fifo),
+            seg,
+            remote,
+            failed: Cell::new(None),
+            last_check: Cell::new(0),
+        });
+        let group = iface.pending.add_group();
+        iface.eps.borrow_mut().push((group, Rc::downgrade(&shared)));
+        let max_short = iface.attr.am.max_short.min(shared.remote.layout.max_inline());
+        Ok(MmEp { shared, iface: iface.clone(), group, user_data, max_short })
+    }
+
+    /// The error status once the peer is known to be gone.
+    #[inline]
+    fn check_failed(&self) -> UcsResult<()> {
+        match self.shared.failed.get() {
+            None => Ok(()),
+            Some(s) => Err(s),
+        }
+    }
+
+    /// The peer process is gone: fail the endpoint and tell the error handler once.
+    fn fail(&self, status: Status) -> Status {
+        if self.shared.failed.replace(Some(status)).is_none() {
+            tracing::debug!(pid = self.shared.remote.seg.pid, "{}: peer process is gone", self.iface.comp.name);
+            if let Some(h) = &self.iface.err_handler {
+                h(self.user_data, status);
+            }
+        }
+        status
+    }
+
+    fn peer_alive(&self) -> bool {
+        // SAFETY: signal 0 only checks for existence and permission.
+        let r = unsafe { libc::kill(self.shared.remote.seg.pid as libc::pid_t, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+
+    /// On a full FIFO: check (at most every millisecond) whether the receiver died.
+    #[cold]
+    fn no_resource<T>(&self) -> OpResult<T> {
+        let now = ucs::time::now();
+        if now.saturating_sub(self.shared.last_check.get()) > PEER_CHECK_INTERVAL_NS {
+            self.shared.last_check.set(now);
+            if !self.peer_alive() {
+                return Err(self.fail(Status::ConnectionReset));
+            }
+        }
+        Ok(Outcome::NoResource)
+    }
+
+    #[inline]
+    fn signal(&self) {
+        self.iface.signal_tx.signal(self.shared.remote.seg.pid, self.shared.remote.id);
+    }
+
+    /// Region of a remote key, bounded by the mapping the key attached.
+    #[inline]
+    fn region(&self, rkey: &RemoteKey, addr: u64, len: usize) -> UcsResult<(LocalRegion, u64)> {
+        self.check_failed()?;
+        let off = rkey.check(self.iface.comp.name, addr, len)?;
+        let seg = rkey_segment(rkey).ok_or(Status::InvalidParam)?;
+        Ok((LocalRegion { base: seg.base().as_ptr(), len: seg.len() }, off))
+    }
+
+    fn send_inline(&self, id: u8, total: usize, fill: impl FnOnce(*mut u8)) -> OpResult {
+        check_am_id(id)?;
+        check_length(total, self.max_short, "am_short")?;
+        self.check_failed()?;
+        if !self.iface.pending.may_send(self.group) {
+            return Ok(Outcome::NoResource);
+        }
+        let Some(claim) = self.shared.producer.claim() else { return self.no_resource() };
+        fill(claim.inline_ptr());
+        let armed = claim.armed;
+        self.shared.producer.publish(claim, id, total as u16, true);
+        if armed {
+            self.signal();
+        }
+        Ok(Outcome::Done(()))
+    }
+}
+
+impl Drop for MmEp {
+    fn drop(&mut self) {
+        self.iface.pending.remove_group(self.group);
+        self.iface.eps.borrow_mut().retain(|(g, _)| *g != self.group);
+    }
+}
+
+macro_rules! ordered {
+    ($self:ident) => {
+        $self.check_failed()?;
+        if !$self.iface.pending.may_send($self.group) {
+            return Ok(Outcome::NoResource);
+        }
+    };
+}
+
+impl Ep for MmEp {
+    #[inline]
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
+        self.send_inline(id, 8 + payload.len(), |dst| {
+            // SAFETY: `dst` is the claimed element's inline area, at least `max_short` bytes,
+            // and 8 + payload.len() <= max_short was checked.
+            unsafe {
+                dst.cast::<u64>().write_unaligned(header);
+                std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(8), payload.len());
+            }
+        })
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[&[u8]]) -> OpResult {
+        let total = iov.iter().map(|s| s.len()).fold(0usize, usize::saturating_add);
+        self.send_inline(id, total, |dst| {
+            let mut at = 0;
+            for part in iov {
+                // SAFETY: the parts total at most `max_short` bytes (checked).
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(at), part.len()) };
+                at += part.len();
+            }
+        })
+    }
+
+    #[inline]
+    fn am_bcopy(&self, id: u8, pack: PackFn<'_>, _flags: SendFlags) -> OpResult<usize> {
+        check_am_id(id)?;
+        ordered!(self);
+        let Some(claim) = self.shared.producer.claim() else { return self.no_resource() };
+        let seg_size = self.shared.remote.seg_size;
+        let off = claim.desc_offset() as usize;
+        let in_bounds = off >= self.shared.remote.layout.total_len()
+            && off.checked_add(seg_size).is_some_and(|e| e <= self.shared.seg.len());
+        if !in_bounds {
+            // A corrupt peer: publish an empty message to an invalid id so its FIFO moves on.
+            self.shared.producer.publish(claim, u8::MAX, 0, true);
+            tracing::warn!(off, "{}: peer lent a descriptor outside its segment", self.iface.comp.name);
+            return Err(self.fail(Status::IoError));
+        }
+        // SAFETY: [off, off + seg_size) lies within the peer's mapping (checked), and the
+        // descriptor is lent to the slot we claimed, so no one else writes it until we publish.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.shared.seg.base().as_ptr().add(off), seg_size) };
+        let len = pack(dst);
+        if len > seg_size {
+            self.shared.producer.publish(claim, u8::MAX, 0, true);
+            return Err(Status::InvalidParam);
+        }
+        let armed = claim.armed;
+        self.shared.producer.publish(claim, id, len as u16, false);
+        if armed {
+            self.signal();
+        }
+        Ok(Outcome::Done(len))
+    }
+
+    fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
+        let (r, off) = self.region(rkey, remote_addr, data.len())?;
+        // SAFETY: the key's segment stays mapped while `rkey` lives; `write` bounds-checks.
+        unsafe { r.write(off, data)? };
+        Ok(Outcome::Done(()))
+    }
+
+    fn put_bcopy(&self, pack: PackFn<'_>, remote_addr: u64, rkey: &RemoteKey) -> OpResult<usize> {
+        ordered!(self);
+        let seg_size = self.iface.cfg.seg_size;
+        let (r, off) = self.region(rkey, remote_addr, 0)?;
+        let room = (r.len as u64).saturating_sub(off);
+        if room >= seg_size as u64 && rkey.check(self.iface.comp.name, remote_addr, seg_size).is_ok() {
+            // Pack straight into the peer's memory: the whole buffer lies within the mapping
+            // and the region. Remote memory is only written, never referenced, by us.
+            // SAFETY: [off, off + seg_size) lies within the mapping the key keeps alive.
+            let dst = unsafe { std::slice::from_raw_parts_mut(r.base.add(off as usize), seg_size) };
+            let len = pack(dst);
+            check_length(len, seg_size, "put_bcopy")?;
+            return Ok(Outcome::Done(len));
+        }
+        // Near the end of the region: pack into a bounce buffer, then copy what fits.
+        let mut bounce = self.iface.bounce.take().unwrap_or_else(|| vec![0u8; seg_size].into());
+        let len = pack(&mut bounce[..seg_size]);
+        let r2 = check_length(len, seg_size, "put_bcopy").and_then(|_| {
+            let off = rkey.check(self.iface.comp.name, remote_addr, len)?;
+            // SAFETY: mapping alive; `write` bounds-checks against it.
+            unsafe { r.write(off, &bounce[..len]) }
+        });
+        self.iface.bounce.set(Some(bounce));
+        r2?;
+        Ok(Outcome::Done(len))
+    }
+
+    fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
+        let (r, off) = self.region(rkey, remote_addr, buffer.len())?;
+        // SAFETY: mapping alive; `read` bounds-checks; `buffer` is ours.
+        unsafe { r.read(off, buffer.as_mut_ptr(), buffer.len())? };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn get_bcopy(
+        &self,
+        buffer: *mut u8,
+        length: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        ordered!(self);
+        check_length(length, self.iface.cfg.seg_size, "get_bcopy")?;
+        let (r, off) = self.region(rkey, remote_addr, length)?;
+        // SAFETY: mapping alive; `read` bounds-checks; the caller vouches for `buffer`.
+        unsafe { r.read(off, buffer, length)? };
+        Ok(Outcome::Done(()))
+    }
+
+    fn atomic32_post(&self, op: AtomicOp, value: u32, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
+        if op == AtomicOp::Swap || op == AtomicOp::Cswap {
+            return Err(Status::Unsupported);
+        }
+        let (r, off) = self.region(rkey, remote_addr, 4)?;
+        // SAFETY: mapping alive; bounds and alignment checked by `atomic32`.
+        atomic_op32(unsafe { r.atomic32(off)? }, op, value);
+        Ok(Outcome::Done(()))
+    }
+
+    fn atomic64_post(&self, op: AtomicOp, value: u64, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
+        ordered!(self);
+        if op == AtomicOp::Swap || op == AtomicOp::Cswap {
+            return Err(Status::Unsupported);
+        }
+        let (r, off) = self.region(rkey, remote_addr, 8)?;
+        // SAFETY: mapping alive; bounds and alignment checked by `atomic64`.
+        atomic_op64(unsafe { r.atomic64(off)? }, op, value);
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic32_fetch(
+        &self,
+        op: AtomicOp,
+        value: u32,
+        result: *mut u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        ordered!(self);
+        if op == AtomicOp::Cswap {
+            return Err(Status::Unsupported);
+        }
+        let (r, off) = self.region(rkey, remote_addr, 4)?;
+        // SAFETY: mapping alive; checked by `atomic32`; the caller vouches for `result`.
+        unsafe { result.write(atomic_op32(r.atomic32(off)?, op, value)) };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic64_fetch(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        result: *mut u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        ordered!(self);
+        if op == AtomicOp::Cswap {
+            return Err(Status::Unsupported);
+        }
+        let (r, off) = self.region(rkey, remote_addr, 8)?;
+        // SAFETY: mapping alive; checked by `atomic64`; the caller vouches for `result`.
+        unsafe { result.write(atomic_op64(r.atomic64(off)?, op, value)) };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic_cswap32(
+        &self,
+        compare: u32,
+        swap: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        result: *mut u32,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        ordered!(self);
+        let (r, off) = self.region(rkey, remote_addr, 4)?;
+        // SAFETY: mapping alive; checked by `atomic32`; the caller vouches for `result`.
+        unsafe { result.write(cswap32(r.atomic32(off)?, compare, swap)) };
+        Ok(Outcome::Done(()))
+    }
+
+    unsafe fn atomic_cswap64(
+        &self,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        result: *mut u64,
+        _comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        ordered!(self);
+        let (r, off) = self.region(rkey, remote_addr, 8)?;
+        // SAFETY: mapping alive; checked by `atomic64`; the caller vouches for `result`.
+        unsafe { result.write(cswap64(r.atomic64(off)?, compare, swap)) };
+        Ok(Outcome::Done(()))
+    }
+
+    fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
+        self.check_failed()?;
+        if self.iface.pending.group_is_empty(self.group) {
+            Ok(Outcome::Done(()))
+        } else {
+            Ok(Outcome::NoResource)
+        }
+    }
+
+    fn check(&self, _comp: Option<&Rc<Completion>>) -> OpResult {
+        self.check_failed()?;
+        if self.peer_alive() {
+            Ok(Outcome::Done(()))
+        } else {
+            Err(self.fail(Status::ConnectionReset))
+        }
+    }
+
+    fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
+        self.check_failed()?;
+        if self.iface.pending.group_is_empty(self.group) && self.shared.producer.has_room() {
+            return Err(Status::Busy);
+        }
+        self.iface.pending.push(self.group, req);
+        Ok(())
+    }
+
+    fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
+        self.iface.pending.purge(self.group, sink);
+    }
+}

@@ -1,0 +1,371 @@
+//! The memory-mapped interface: a receive FIFO and its receive descriptors in one segment.
+//!
+//! ```text
+//! segment: [ FIFO control | FIFO elements | descriptors (2 x FIFO size) x SEG_SIZE ]
+//! ```
+//! Every FIFO element is lent one descriptor, into which senders pack bcopy data. The
+//! receiver tracks which descriptor each element has in private memory (a peer cannot redirect
+//! it); a handler that keeps a descriptor gets to keep the buffer, and the element is lent a
+//! fresh one before its slot is released. When every spare descriptor is kept, messages are
+//! copied instead of lent. Inline data is always copied out of the FIFO before the handler
+//! runs, so handlers never read memory a peer may still write.
+
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
+use std::rc::{Rc, Weak};
+use std::sync::OnceLock;
+
+use ucs::arbiter::GroupId;
+use ucs::callbackq::CbId;
+use ucs::mpool::{ChunkAlloc, MemPool, MpoolParams, PoolBuf};
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{
+    AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler,
+    EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
+    Resources, Worker, AM_ID_MAX,
+};
+
+use super::config::MmIfaceConfig;
+use super::ep::{EpShared, MmEp, RemoteIface};
+use super::fifo::{Consumer, Fifo};
+use super::md::MmComponent;
+use super::segment::{SegId, Segment};
+use super::signal::SignalSocket;
+
+/// Bytes of an interface address.
+pub(crate) const IFACE_ADDR_LEN: usize = SegId::PACKED_LEN + 8 + 4 + 4 + 4 + 4;
+
+/// A value identifying this machine (boot id), so that only local peers are reachable.
+pub(crate) fn machine_id() -> u64 {
+    static ID: OnceLock<u64> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        // FNV-1a: stable across processes, unlike the std hasher.
+        text.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    })
+}
+
+/// Hands the descriptor area of the receive segment to a memory pool, once.
+struct DescArea {
+    seg: Rc<Segment>,
+    offset: usize,
+    len: usize,
+    taken: Cell<bool>,
+}
+
+// SAFETY: `alloc` hands out the descriptor area of a freshly created (zero-filled) segment
+// exactly once; the area lies within the mapping, which the pool keeps alive through `seg`.
+// Peers write a descriptor only while it is lent to a FIFO slot they claimed.
+unsafe impl ChunkAlloc for DescArea {
+    fn alloc(&self, min_size: usize) -> UcsResult<(NonNull<u8>, usize)> {
+        if self.taken.replace(true) || min_size > self.len {
+            return Err(Status::NoMemory);
+        }
+        // SAFETY: offset + len lies within the segment (computed in `open`).
+        Ok((unsafe { self.seg.base().add(self.offset) }, self.len))
+    }
+
+    unsafe fn release(&self, _ptr: NonNull<u8>, _size: usize) {}
+}
+
+struct Rx {
+    consumer: Consumer,
+    /// The descriptor lent to each FIFO slot (receiver-private).
+    lent: Vec<Option<PoolBuf>>,
+    /// Where inline data is copied before the handler runs.
+    scratch: Option<Box<[u8]>>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) comp: &'static MmComponent,
+    pub(crate) cfg: MmIfaceConfig,
+    pub(crate) attr: IfaceAttr,
+    pub(crate) id: u64,
+    pub(crate) am: AmTable,
+    pub(crate) pending: PendingQueue,
+    pub(crate) err_handler: Option<ErrHandler>,
+    pub(crate) signal_tx: SignalSocket,
+    pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpShared>)>>,
+    /// Bounce buffer for put_bcopy near the end of a region.
+    pub(crate) bounce: Cell<Option<Box<[u8]>>>,
+    signal_rx: SignalSocket,
+    rx: RefCell<Rx>,
+    descs: Rc<MemPool>,
+    desc_base: usize,
+    seg: Rc<Segment>,
+    worker: Worker,
+    progress_id: Cell<Option<CbId>>,
+}
+
+impl Inner {
+    /// Byte offset of a pool descriptor inside the segment.
+    fn desc_offset(&self, buf: &PoolBuf) -> u32 {
+        (buf.as_ptr() as usize - self.seg.base().as_ptr() as usize) as u32
+    }
+
+    fn poll_rx(&self) -> usize {
+        let mut rx = self.rx.borrow_mut();
+        let mut n = 0;
+        while n < self.cfg.max_poll {
+            let Some(e) = rx.consumer.peek() else { break };
+            let slot = rx.consumer.index_slot();
+            let len = e.length as usize;
+            if e.am_id >= AM_ID_MAX {
+                tracing::warn!(am_id = e.am_id, "{}: dropped a message with an invalid AM id", self.comp.name);
+            } else if e.inline {
+                if len > self.cfg.layout.max_inline() {
+                    tracing::warn!(len, "{}: dropped an inline message longer than the element", self.comp.name);
+                } else {
+                    let mut scratch =
+                        rx.scratch.take().unwrap_or_else(|| vec![0u8; self.cfg.layout.max_inline()].into());
+                    // SAFETY: `len` bytes of inline data lie within the published element.
+                    unsafe { std::ptr::copy_nonoverlapping(rx.consumer.inline_ptr(), scratch.as_mut_ptr(), len) };
+                    drop(rx);
+                    let _ = self.am.invoke(e.am_id, AmRecv::borrowed(&scratch[..len]));
+                    rx = self.rx.borrow_mut();
+                    rx.scratch = Some(scratch);
+                }
+            } else if len > self.cfg.seg_size {
+                tracing::warn!(len, "{}: dropped a bcopy message longer than a descriptor", self.comp.name);
+            } else {
+                let mut lent = rx.lent[slot].take();
+                drop(rx);
+                if self.descs.num_free() > 0 {
+                    let _ = self.am.invoke(e.am_id, AmRecv::from_desc(&mut lent, 0, len));
+                } else if let Some(b) = lent.as_ref() {
+                    // No spare descriptor to swap in: the handler gets a copy to keep.
+                    let _ = self.am.invoke(e.am_id, AmRecv::borrowed(&b.as_slice()[..len]));
+                }
+                rx = self.rx.borrow_mut();
+                if lent.is_none() {
+                    // Kept: lend the slot a fresh descriptor before releasing it.
+                    lent = self.descs.get_buf();
+                    if let Some(b) = lent.as_ref() {
+                        rx.consumer.set_desc_offset(self.desc_offset(b));
+                    }
+                }
+                rx.lent[slot] = lent;
+            }
+            rx.consumer.advance();
+            n += 1;
+        }
+        n
+    }
+
+    pub(crate) fn progress(&self) -> usize {
+        let mut n = self.poll_rx();
+        if !self.pending.is_empty() {
+            n += self.pending.dispatch(|g| {
+                let ep = self.eps.borrow().iter().find(|(x, _)| *x == g).and_then(|(_, w)| w.upgrade());
+                match ep {
+                    Some(ep) if ep.has_room() => Resources::Available,
+                    _ => Resources::EpNotReady,
+                }
+            });
+        }
+        n
+    }
+}
+
+/// A `posix` or `sysv` interface.
+pub struct MmIface {
+    pub(crate) inner: Rc<Inner>,
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    N.fetch_add(1, Ordering::Relaxed) ^ ucs::time::now().rotate_left(20)
+}
+
+impl MmIface {
+    pub(crate) fn open(comp: &'static MmComponent, worker: &Worker, params: &IfaceParams) -> UcsResult<Self> {
+        let cfg = MmIfaceConfig::read(comp.prefix, None, &params.config)?;
+        let fifo_len = cfg.layout.total_len().next_multiple_of(64);
+        let desc_stride = cfg.seg_size.next_multiple_of(64);
+        let n_descs = 2 * cfg.layout.fifo_size as usize;
+        // The pool asks for alignment slack on top of the descriptors themselves.
+        let desc_area = n_descs * desc_stride + 64;
+        let seg = Rc::new(Segment::create(comp.kind, fifo_len + desc_area)?);
+        let mut mp = MpoolParams::new(cfg.seg_size);
+        mp.alignment = 64;
+        mp.elems_per_chunk = n_descs;
+        mp.max_elems = n_descs;
+        mp.name = "mm_recv_desc";
+        let area = DescArea { seg: seg.clone(), offset: fifo_len, len: desc_area, taken: Cell::new(false) };
+        let descs = Rc::new(MemPool::new(mp, Box::new(area))?);
+        descs.grow(n_descs)?;
+        // SAFETY: the segment maps `len` bytes for as long as `seg` lives, which outlives the
+        // consumer (both in `Inner`, the segment also held by the pool).
+        let fifo = unsafe { Fifo::from_raw(seg.base(), seg.len(), cfg.layout)? };
+        let mut lent = Vec::with_capacity(cfg.layout.fifo_size as usize);
+        for _ in 0..cfg.layout.fifo_size {
+            lent.push(Some(descs.get_buf().ok_or(Status::NoMemory)?));
+        }
+        let base = seg.base().as_ptr() as usize;
+        fifo.init(std::process::id(), |i| lent[i as usize].as_ref().map_or(0, |b| (b.as_ptr() as usize - base) as u32));
+        let consumer = Consumer::new(fifo, cfg.release_batch)?;
+        let id = next_id();
+        let max_inline = cfg.layout.max_inline();
+        let cpu = AtomicOps::ADD | AtomicOps::AND | AtomicOps::OR | AtomicOps::XOR;
+        let atomics = AtomicCaps { op_flags: cpu, fop_flags: cpu | AtomicOps::SWAP | AtomicOps::CSWAP };
+        let mut flags = IfaceFlags::AM_SHORT
+            | IfaceFlags::AM_BCOPY
+            | IfaceFlags::PUT_SHORT
+            | IfaceFlags::PUT_BCOPY
+            | IfaceFlags::GET_SHORT
+            | IfaceFlags::GET_BCOPY
+            | IfaceFlags::ATOMIC_CPU
+            | IfaceFlags::PENDING
+            | IfaceFlags::CB_SYNC
+            | IfaceFlags::CONNECT_TO_IFACE
+            | IfaceFlags::EP_CHECK;
+        if cfg.error_handling {
+            flags |= IfaceFlags::ERRHANDLE_PEER_FAILURE;
+        }
+        let rma = OpCaps {
+            max_short: u32::MAX as usize,
+            max_bcopy: cfg.seg_size,
+            opt_zcopy_align: 1,
+            align_mtu: 1,
+            max_iov: 1,
+            ..Default::default()
+        };
+        let attr = IfaceAttr {
+            flags,
+            event_flags: EventFlags::RECV | EventFlags::FD,
+            put: rma,
+            get: rma,
+            am: OpCaps {
+                max_short: max_inline,
+                max_bcopy: cfg.seg_size,
+                opt_zcopy_align: 1,
+                align_mtu: 1,
+                max_iov: usize::MAX,
+                ..Default::default()
+            },
+            atomic32: atomics,
+            atomic64: atomics,
+            device_addr_len: 8,
+            iface_addr_len: IFACE_ADDR_LEN,
+            ep_addr_len: 0,
+            max_num_eps: usize::MAX,
+            overhead: 10e-9,
+            bandwidth: BandwidthModel { dedicated: 0.0, shared: 15360.0 * 1024.0 * 1024.0 },
+            latency: LinearFunc { c: 80e-9, m: 0.0 },
+            priority: 0,
+            ..Default::default()
+        };
+        Ok(MmIface {
+            inner: Rc::new(Inner {
+                comp,
+                attr,
+                id,
+                am: AmTable::new(),
+                pending: PendingQueue::new(),
+                err_handler: params.err_handler.clone(),
+                signal_tx: SignalSocket::sender()?,
+                eps: RefCell::default(),
+                bounce: Cell::new(None),
+                signal_rx: SignalSocket::bind(id)?,
+                rx: RefCell::new(Rx { consumer, lent, scratch: Some(vec![0u8; max_inline].into()) }),
+                desc_base: fifo_len,
+                descs,
+                seg,
+                worker: worker.clone(),
+                progress_id: Cell::new(None),
+                cfg,
+            }),
+        })
+    }
+}
+
+impl Drop for MmIface {
+    fn drop(&mut self) {
+        if let Some(id) = self.inner.progress_id.take() {
+            self.inner.worker.progress_unregister(id);
+        }
+        self.inner.am.clear();
+        self.inner.pending.clear();
+        let _ = self.inner.desc_base;
+    }
+}
+
+impl Iface for MmIface {
+    fn attr(&self) -> &IfaceAttr {
+        &self.inner.attr
+    }
+
+    fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    fn progress_enable(&self, _flags: ProgressFlags) {
+        if self.inner.progress_id.get().is_none() {
+            let weak = Rc::downgrade(&self.inner);
+            let id = self.inner.worker.progress_register(Box::new(move || weak.upgrade().map_or(0, |i| i.progress())));
+            self.inner.progress_id.set(Some(id));
+        }
+    }
+
+    fn progress_disable(&self, _flags: ProgressFlags) {
+        if let Some(id) = self.inner.progress_id.take() {
+            self.inner.worker.progress_unregister(id);
+        }
+    }
+
+    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
+        self.inner.am.set(id, handler)
+    }
+
+    fn device_address(&self) -> Vec<u8> {
+        machine_id().to_le_bytes().to_vec()
+    }
+
+    fn iface_address(&self) -> Vec<u8> {
+        let c = &self.inner.cfg;
+        let mut out = Vec::with_capacity(IFACE_ADDR_LEN);
+        self.inner.seg.id().pack(&mut out);
+        out.extend_from_slice(&self.inner.id.to_le_bytes());
+        out.extend_from_slice(&c.layout.fifo_size.to_le_bytes());
+        out.extend_from_slice(&c.layout.elem_size.to_le_bytes());
+        out.extend_from_slice(&(c.seg_size as u32).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out
+    }
+
+    fn is_reachable(&self, dev_addr: &[u8], iface_addr: Option<&[u8]>) -> bool {
+        dev_addr == machine_id().to_le_bytes()
+            && iface_addr.is_some_and(|a| RemoteIface::parse(self.inner.comp, a).is_ok())
+    }
+
+    fn ep_create(&self, params: &EpParams<'_>) -> UcsResult<Box<dyn Ep>> {
+        match params.connect {
+            EpConnect::ToIface { dev_addr, iface_addr } => {
+                if dev_addr != machine_id().to_le_bytes() {
+                    return Err(Status::Unreachable);
+                }
+                Ok(Box::new(MmEp::connect(&self.inner, iface_addr, params.user_data)?))
+            }
+            EpConnect::ToEp => Err(Status::Unsupported),
+        }
+    }
+
+    fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
+        // Sends are complete once published; remote completion needs nothing more on a
+        // coherent shared-memory machine.
+        Ok(Outcome::Done(()))
+    }
+
+    fn event_fd(&self) -> UcsResult<std::os::fd::RawFd> {
+        Ok(self.inner.signal_rx.raw_fd())
+    }
+
+    fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
+        if !events.contains(EventFlags::RECV) && !events.contains(EventFlags::RECV_SIG) {
+            return Err(Status::Unsupported);
+        }
+        self.inner.signal_rx.drain();
+        self.inner.rx.borrow().consumer.arm()
+    }
+}
