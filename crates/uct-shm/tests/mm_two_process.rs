@@ -1,0 +1,233 @@
+//! `posix` and `sysv` between two real processes: this test binary re-runs itself as the peer
+//! (selected by `UCX_RS_TEST_PEER`), and the two exchange addresses over the child's stdin and
+//! stdout. Scenarios that busy-poll hold a lock so they never run in parallel.
+
+use std::cell::{Cell, RefCell};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use uct::{AmRecv, EpParams, Iface, IfaceParams, Outcome, SendFlags, Status, Worker};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const TIMEOUT: Duration = Duration::from_secs(60);
+const COUNT: u64 = 100_000;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()).collect()
+}
+
+fn open(tl: &str, worker: &Worker) -> Box<dyn Iface> {
+    uct_shm::register();
+    let (_md, iface) = uct::iface_open_by_name(worker, &format!("{tl}/memory"), IfaceParams::default()).unwrap();
+    iface.progress_enable(uct::ProgressFlags::SEND | uct::ProgressFlags::RECV);
+    iface
+}
+
+fn spawn_peer(role: &str, tl: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "peer_entry", "--nocapture", "--test-threads=1"])
+        .env("UCX_RS_TEST_PEER", format!("{role}:{tl}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads the peer's line starting with `tag`, skipping test-harness output.
+fn read_tagged(r: &mut impl BufRead, tag: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "peer closed its output before {tag}");
+        // The test harness may print its own text before ours on the same line.
+        if let Some(at) = line.find(tag) {
+            return line[at + tag.len()..].trim().to_string();
+        }
+    }
+}
+
+/// The peer side; does nothing unless this process was started as a peer.
+#[test]
+fn peer_entry() {
+    let Ok(spec) = std::env::var("UCX_RS_TEST_PEER") else { return };
+    let (role, tl) = spec.split_once(':').unwrap();
+    let worker = Worker::default();
+    let iface = open(tl, &worker);
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    match role {
+        // Sends COUNT messages (short and bcopy alternating) to the address read from stdin.
+        "sender" => {
+            let addr = read_tagged(&mut input, "ADDR ");
+            let (dev, ifa) = addr.split_once(' ').unwrap();
+            let ep = iface.ep_create(&EpParams::to_iface(&unhex(dev), &unhex(ifa))).unwrap();
+            for seq in 0..COUNT {
+                loop {
+                    let r = if seq % 2 == 0 {
+                        ep.am_short(1, seq, &seq.to_le_bytes())
+                    } else {
+                        ep.am_bcopy(
+                            1,
+                            &mut |b: &mut [u8]| {
+                                b[..8].copy_from_slice(&seq.to_ne_bytes());
+                                b[8..200].fill(seq as u8);
+                                200
+                            },
+                            SendFlags::empty(),
+                        )
+                        .map(|o| o.map(|_| ()))
+                    };
+                    match r {
+                        Ok(Outcome::Done(())) => break,
+                        Ok(Outcome::NoResource) => {
+                            worker.progress();
+                        }
+                        other => panic!("send {seq}: {other:?}"),
+                    }
+                }
+            }
+            println!("SENT {COUNT}");
+        }
+        // Prints its address, counts messages, and waits to be killed.
+        "receiver" => {
+            let got = Rc::new(Cell::new(0u64));
+            let g2 = got.clone();
+            iface.set_am_handler(1, Some(Rc::new(move |_m: AmRecv<'_>| g2.set(g2.get() + 1)))).unwrap();
+            println!("ADDR {} {}", hex(&iface.device_address()), hex(&iface.iface_address()));
+            std::io::stdout().flush().unwrap();
+            let start = Instant::now();
+            // Receive a little, then stop progressing: the sender's FIFO fills up.
+            while got.get() < 1000 && start.elapsed() < TIMEOUT {
+                worker.progress();
+            }
+            println!("RECEIVED {}", got.get());
+            std::io::stdout().flush().unwrap();
+            let mut line = String::new();
+            let _ = input.read_line(&mut line); // until killed
+        }
+        other => panic!("unknown peer role {other}"),
+    }
+}
+
+fn stream_from_child(tl: &str) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let worker = Worker::default();
+    let iface = open(tl, &worker);
+    let next = Rc::new(Cell::new(0u64));
+    let bad = Rc::new(RefCell::new(None::<String>));
+    let (n2, b2) = (next.clone(), bad.clone());
+    iface
+        .set_am_handler(
+            1,
+            Some(Rc::new(move |m: AmRecv<'_>| {
+                let d = m.data();
+                let seq = u64::from_ne_bytes(d[..8].try_into().unwrap());
+                let ok = seq == n2.get()
+                    && if seq % 2 == 0 {
+                        d.len() == 16 && d[8..] == seq.to_le_bytes()
+                    } else {
+                        d.len() == 200 && d[8..].iter().all(|&x| x == seq as u8)
+                    };
+                if !ok && b2.borrow().is_none() {
+                    *b2.borrow_mut() = Some(format!("message {seq} (expected {}), {} bytes", n2.get(), d.len()));
+                }
+                n2.set(seq + 1);
+            })),
+        )
+        .unwrap();
+    let mut child = spawn_peer("sender", tl);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "ADDR {} {}", hex(&iface.device_address()), hex(&iface.iface_address())).unwrap();
+    let start = Instant::now();
+    while next.get() < COUNT {
+        worker.progress();
+        assert!(start.elapsed() < TIMEOUT, "{tl}: received only {} of {COUNT}", next.get());
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{tl}: sender failed: {status}");
+    assert_eq!(*bad.borrow(), None, "{tl}: corrupted or reordered");
+    for _ in 0..100 {
+        worker.progress();
+    }
+    assert_eq!(next.get(), COUNT, "{tl}: extra messages");
+}
+
+fn receiver_killed(tl: &str) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = spawn_peer("receiver", tl);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let addr = read_tagged(&mut out, "ADDR ");
+    let (dev, ifa) = addr.split_once(' ').unwrap();
+    let worker = Worker::default();
+    uct_shm::register();
+    let failures: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
+    let f2 = failures.clone();
+    let mut params = IfaceParams::default();
+    params.err_handler = Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st))));
+    let (_md, iface) = uct::iface_open_by_name(&worker, &format!("{tl}/memory"), params).unwrap();
+    let ep = iface.ep_create(&EpParams::to_iface(&unhex(dev), &unhex(ifa)).with_user_data(77)).unwrap();
+    // Stream until the receiver stops progressing and the FIFO is full.
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while sent < 1000 || ep.am_short(1, sent, &[]) != Ok(Outcome::NoResource) {
+        if ep.am_short(1, sent, &[]) == Ok(Outcome::Done(())) {
+            sent += 1;
+        }
+        assert!(start.elapsed() < TIMEOUT, "{tl}: receiver never filled up");
+    }
+    let _ = read_tagged(&mut out, "RECEIVED ");
+    assert_eq!(ep.check(None), Ok(Outcome::Done(())), "{tl}: a live peer passes the check");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The survivor keeps going: sends fail with an endpoint error, the handler hears of it once.
+    let start = Instant::now();
+    let err = loop {
+        match ep.am_short(1, 0, &[]) {
+            Ok(Outcome::NoResource) => assert!(start.elapsed() < TIMEOUT, "{tl}: dead peer never detected"),
+            Err(e) => break e,
+            other => panic!("{tl}: unexpected {other:?}"),
+        }
+    };
+    assert_eq!(err, Status::ConnectionReset);
+    assert_eq!(*failures.borrow(), [(77, Status::ConnectionReset)]);
+    assert_eq!(ep.check(None), Err(Status::ConnectionReset));
+    let r = ep.am_bcopy(1, &mut |_: &mut [u8]| 0, SendFlags::empty());
+    assert_eq!(r, Err(Status::ConnectionReset));
+    drop(ep);
+    drop(iface);
+}
+
+#[test]
+fn posix_stream_between_processes() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        stream_from_child("posix");
+    }
+}
+
+#[test]
+fn sysv_stream_between_processes() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        stream_from_child("sysv");
+    }
+}
+
+#[test]
+fn posix_receiver_killed_midstream() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        receiver_killed("posix");
+    }
+}
+
+#[test]
+fn sysv_receiver_killed_midstream() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        receiver_killed("sysv");
+    }
+}
