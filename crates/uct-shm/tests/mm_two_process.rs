@@ -169,8 +169,8 @@ fn receiver_killed(tl: &str) {
     uct_shm::register();
     let failures: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
     let f2 = failures.clone();
-    let mut params = IfaceParams::default();
-    params.err_handler = Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st))));
+    let params =
+        IfaceParams { err_handler: Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st)))), ..Default::default() };
     let (_md, iface) = uct::iface_open_by_name(&worker, &format!("{tl}/memory"), params).unwrap();
     let ep = iface.ep_create(&EpParams::to_iface(&unhex(dev), &unhex(ifa)).with_user_data(77)).unwrap();
     // Stream until the receiver stops progressing and the FIFO is full.
