@@ -1,0 +1,186 @@
+//! Timing of a test run, as `ucx_perftest` computes it.
+//!
+//! One cycle-counter read per iteration feeds a ring of the last [`TIMING_QUEUE`] iteration
+//! times (for the percentile) and the running totals. Latency is time per iteration, halved for
+//! ping-pong tests (one way); "average" figures cover the interval since the previous report,
+//! "overall" figures the whole measured run. Bandwidth is bytes per second in MiB, message
+//! rate messages per second.
+
+/// Iterations kept for the percentile.
+pub const TIMING_QUEUE: usize = 2048;
+
+/// Figures of one report.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Measured {
+    /// Iterations so far.
+    pub iters: u64,
+    /// Percentile latency over the last iterations, microseconds.
+    pub lat_percentile_us: f64,
+    /// Average latency since the previous report, microseconds.
+    pub lat_avg_us: f64,
+    /// Average latency since the start, microseconds.
+    pub lat_overall_us: f64,
+    /// Bandwidth since the previous report, MiB/s.
+    pub bw_avg_mbs: f64,
+    /// Bandwidth since the start, MiB/s.
+    pub bw_overall_mbs: f64,
+    /// Message rate since the previous report, per second.
+    pub msgrate_avg: f64,
+    /// Message rate since the start, per second.
+    pub msgrate_overall: f64,
+    /// Seconds since the start.
+    pub elapsed_s: f64,
+}
+
+/// Counts iterations and time.
+pub struct Meter {
+    rate: f64,
+    factor: f64,
+    percentile: f64,
+    max_iters: u64,
+    report_every: u64,
+    start: u64,
+    now: u64,
+    iters: u64,
+    bytes: u64,
+    msgs: u64,
+    rep_time: u64,
+    rep_iters: u64,
+    rep_bytes: u64,
+    rep_msgs: u64,
+    queue: Box<[u64]>,
+    qhead: usize,
+    qlen: usize,
+}
+
+impl Meter {
+    /// A meter for `max_iters` iterations; `pingpong` halves latencies; reports every second.
+    pub fn new(max_iters: u64, percentile: f64, pingpong: bool) -> Self {
+        let rate = ucs::time::cycles_per_sec();
+        Meter {
+            rate,
+            factor: if pingpong { 2.0 } else { 1.0 },
+            percentile,
+            max_iters,
+            report_every: rate as u64,
+            start: 0,
+            now: 0,
+            iters: 0,
+            bytes: 0,
+            msgs: 0,
+            rep_time: 0,
+            rep_iters: 0,
+            rep_bytes: 0,
+            rep_msgs: 0,
+            queue: vec![0u64; TIMING_QUEUE].into_boxed_slice(),
+            qhead: 0,
+            qlen: 0,
+        }
+    }
+
+    /// Starts the clock.
+    pub fn start(&mut self) {
+        self.start = ucs::time::cycles();
+        self.now = self.start;
+        self.rep_time = self.start;
+    }
+
+    /// True once `max_iters` iterations are counted.
+    #[inline]
+    pub fn done(&self) -> bool {
+        self.iters >= self.max_iters
+    }
+
+    /// Iterations counted.
+    #[inline]
+    pub fn iters(&self) -> u64 {
+        self.iters
+    }
+
+    /// Adds `iters` iterations carrying `bytes`; true when a progress report is due.
+    #[inline]
+    pub fn update(&mut self, iters: u64, bytes: u64) -> bool {
+        let t = ucs::time::cycles();
+        self.queue[self.qhead] = t.wrapping_sub(self.now);
+        self.qhead = (self.qhead + 1) % TIMING_QUEUE;
+        self.qlen = (self.qlen + 1).min(TIMING_QUEUE);
+        self.now = t;
+        self.iters += iters;
+        self.bytes += bytes;
+        self.msgs += 1;
+        t.wrapping_sub(self.rep_time) >= self.report_every
+    }
+
+    /// Sets the iteration count directly (receivers that count by sequence numbers).
+    #[inline]
+    pub fn set_iters(&mut self, iters: u64, bytes_per_iter: u64) {
+        if iters != self.iters {
+            let d = iters - self.iters;
+            self.update(d, d * bytes_per_iter);
+        }
+    }
+
+    /// Stops the clock at the current time.
+    pub fn stop(&mut self) {
+        self.now = ucs::time::cycles();
+    }
+
+    /// The figures now; `reset_interval` starts a new "average" interval.
+    pub fn measure(&mut self, reset_interval: bool) -> Measured {
+        let secs = |c: u64| c as f64 / self.rate;
+        let total_t = secs(self.now.wrapping_sub(self.start)).max(1e-12);
+        let int_t = secs(self.now.wrapping_sub(self.rep_time)).max(1e-12);
+        let int_iters = (self.iters - self.rep_iters).max(1) as f64;
+        let mib = 1024.0 * 1024.0;
+        let mut window: Vec<u64> = self.queue[..self.qlen].to_vec();
+        window.sort_unstable();
+        let pct = if window.is_empty() {
+            0.0
+        } else {
+            let i = ((self.percentile / 100.0) * window.len() as f64) as usize;
+            secs(window[i.min(window.len() - 1)])
+        };
+        let m = Measured {
+            iters: self.iters,
+            lat_percentile_us: pct * 1e6 / self.factor,
+            lat_avg_us: int_t / int_iters * 1e6 / self.factor,
+            lat_overall_us: total_t / (self.iters.max(1) as f64) * 1e6 / self.factor,
+            bw_avg_mbs: (self.bytes - self.rep_bytes) as f64 / int_t / mib,
+            bw_overall_mbs: self.bytes as f64 / total_t / mib,
+            msgrate_avg: (self.msgs - self.rep_msgs) as f64 / int_t,
+            msgrate_overall: self.msgs as f64 / total_t,
+            elapsed_s: total_t,
+        };
+        if reset_interval {
+            self.rep_time = self.now;
+            self.rep_iters = self.iters;
+            self.rep_bytes = self.bytes;
+            self.rep_msgs = self.msgs;
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_rates() {
+        let mut m = Meter::new(10, 50.0, true);
+        m.start();
+        for _ in 0..10 {
+            let t = std::time::Instant::now();
+            while t.elapsed().as_micros() < 200 {}
+            m.update(1, 8);
+        }
+        assert!(m.done());
+        let r = m.measure(true);
+        assert_eq!(r.iters, 10);
+        // 200 us per iteration, ping-pong: about 100 us one way.
+        assert!(r.lat_overall_us > 90.0 && r.lat_overall_us < 1000.0, "{r:?}");
+        assert!(r.lat_percentile_us > 90.0 && r.lat_percentile_us < 1000.0, "{r:?}");
+        assert!((r.msgrate_overall * r.lat_overall_us * 2e-6 - 1.0).abs() < 0.05, "{r:?}");
+        assert!((r.bw_overall_mbs * 1024.0 * 1024.0 / r.msgrate_overall - 8.0).abs() < 0.01);
+    }
+}

@@ -1,0 +1,532 @@
+//! The UCT tests, with the algorithms of `ucx_perftest`:
+//!
+//! * ping-pong (`am_lat`, `put_lat`, `add_lat`): side 0 sends sequence number `sn` and waits
+//!   for the peer to send it back; side 1 does the opposite. For AM the handler records the
+//!   last sequence number; for put it is the last byte of the message; for add, the low byte
+//!   of the remote counter.
+//! * unidirectional stream (`am_bw`, `put_bw`, `add_mr`, `get`, `fadd`, `swap`, `cswap`): side 1
+//!   sends as fast as it can, side 0 receives. Active messages use a flow-control window
+//!   (`-W`): the receiver acknowledges every half window with an AM carrying the last sequence
+//!   number. RMA and atomics end with a sentinel value 2 the receiver polls for.
+//!
+//! Loopback (`-l`) runs side 0 of ping-pong and the sending side of streams in one process.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use uct::{
+    AmRecv, AtomicOp, Ep, EpParams, FlushFlags, Iface, IfaceParams, Iov, Md, MdFlags, MemAccess, MemH, Outcome,
+    ProgressFlags, RemoteKey, SendFlags, Status, Worker,
+};
+
+use crate::meter::{Measured, Meter};
+
+/// The operation a test performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmd {
+    /// Active message.
+    Am,
+    /// Put.
+    Put,
+    /// Get.
+    Get,
+    /// Atomic add.
+    Add,
+    /// Atomic fetch-and-add.
+    Fadd,
+    /// Atomic swap.
+    Swap,
+    /// Atomic compare-and-swap.
+    Cswap,
+}
+
+/// Sender data layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Short.
+    Short,
+    /// Short iov.
+    ShortIov,
+    /// Buffered copy.
+    Bcopy,
+    /// Zero copy.
+    Zcopy,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct UctTestSpec {
+    /// Operation.
+    pub cmd: Cmd,
+    /// Ping-pong (latency) or unidirectional stream.
+    pub pingpong: bool,
+    /// Sender layout.
+    pub layout: Layout,
+    /// Scatter/gather sizes; the message is their sum.
+    pub msg_sizes: Vec<usize>,
+    /// Measured iterations.
+    pub iters: u64,
+    /// Warm-up iterations.
+    pub warmup: u64,
+    /// AM flow-control window.
+    pub fc_window: u8,
+    /// Percentile rank.
+    pub percentile: f64,
+    /// Do not progress the responder in one-sided tests.
+    pub no_responder_progress: bool,
+    /// Transport and device, `tl/dev`.
+    pub resource: String,
+    /// One process talking to itself.
+    pub loopback: bool,
+    /// Side: 0 (server) or 1 (client).
+    pub index: u8,
+}
+
+const AM_ID: u8 = 1;
+const PROGRESS_EVERY: u32 = 16;
+
+/// Out-of-band exchange with the peer (the TCP bootstrap, or loopback).
+pub trait Exchange {
+    /// Sends our blob, returns the peer's.
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+struct Buffer {
+    memh: Option<MemH>,
+    _heap: Option<Vec<u64>>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+fn buffer(md: &Rc<dyn Md>, len: usize, remote: bool) -> Result<Buffer, String> {
+    let len = len.max(64);
+    if remote && md.attr().flags.contains(MdFlags::ALLOC) {
+        let memh = md.mem_alloc(len, MemAccess::ALL, "perftest").map_err(|e| format!("cannot allocate memory: {e}"))?;
+        return Ok(Buffer { ptr: memh.address(), len, memh: Some(memh), _heap: None });
+    }
+    let mut heap = vec![0u64; len.div_ceil(8)];
+    let ptr = heap.as_mut_ptr().cast::<u8>();
+    // SAFETY: the heap vector lives in the Buffer next to the registration, which Buffer's
+    // field order drops first.
+    let memh = if md.attr().flags.contains(MdFlags::REG) {
+        unsafe { md.mem_reg(ptr, len, MemAccess::ALL) }.ok()
+    } else {
+        None
+    };
+    Ok(Buffer { memh, _heap: Some(heap), ptr, len })
+}
+
+fn push_blob(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn take_blob<'a>(b: &mut &'a [u8]) -> Result<&'a [u8], String> {
+    let bad = || "malformed address from the peer".to_string();
+    if b.len() < 4 {
+        return Err(bad());
+    }
+    let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    if b.len() < 4 + n {
+        return Err(bad());
+    }
+    let (blob, rest) = b[4..].split_at(n);
+    *b = rest;
+    Ok(blob)
+}
+
+/// The connected state of a test.
+struct Ctx {
+    spec: UctTestSpec,
+    worker: Worker,
+    ep: Box<dyn Ep>,
+    iface: Box<dyn Iface>,
+    send: Buffer,
+    recv: Buffer,
+    remote_addr: u64,
+    rkey: Option<RemoteKey>,
+    am_sn: Rc<Cell<u8>>,
+    length: usize,
+    sends: Cell<u32>,
+    _md: Rc<dyn Md>,
+}
+
+impl Ctx {
+    fn setup(spec: &UctTestSpec, oob: &mut dyn Exchange) -> Result<Ctx, String> {
+        let worker = Worker::default();
+        let (md, iface) = uct::iface_open_by_name(&worker, &spec.resource, IfaceParams::default())
+            .map_err(|e| format!("cannot open {}: {e}", spec.resource))?;
+        iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+        let length: usize = spec.msg_sizes.iter().sum();
+        let send = buffer(&md, length, false)?;
+        let recv = buffer(&md, length, true)?;
+        let am_sn = Rc::new(Cell::new(0u8));
+        let s2 = am_sn.clone();
+        iface
+            .set_am_handler(AM_ID, Some(Rc::new(move |m: AmRecv<'_>| s2.set(m.data().first().copied().unwrap_or(0)))))
+            .map_err(|e| format!("cannot set the AM handler: {e}"))?;
+        let mut mine = Vec::new();
+        push_blob(&mut mine, &iface.device_address());
+        push_blob(&mut mine, &iface.iface_address());
+        let rkey_bytes = match &recv.memh {
+            Some(m) => md.mkey_pack(m).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        push_blob(&mut mine, &rkey_bytes);
+        push_blob(&mut mine, &(recv.ptr as u64).to_le_bytes());
+        let theirs = oob.exchange(&mine)?;
+        let mut t = &theirs[..];
+        let (dev, addr, rk, raddr) = (take_blob(&mut t)?, take_blob(&mut t)?, take_blob(&mut t)?, take_blob(&mut t)?);
+        let remote_addr = u64::from_le_bytes(raddr.try_into().map_err(|_| "malformed remote address".to_string())?);
+        let rkey = if rk.is_empty() { None } else { md.component().rkey_unpack(rk).ok() };
+        let ep = iface
+            .ep_create(&EpParams::to_iface(dev, addr))
+            .map_err(|e| format!("cannot connect to the peer over {}: {e}", spec.resource))?;
+        Ok(Ctx {
+            spec: spec.clone(),
+            worker,
+            ep,
+            iface,
+            send,
+            recv,
+            remote_addr,
+            rkey,
+            am_sn,
+            length,
+            sends: Cell::new(0),
+            _md: md,
+        })
+    }
+
+    #[inline]
+    fn progress_responder(&self) {
+        if !self.spec.no_responder_progress {
+            self.worker.progress();
+        }
+    }
+
+    #[inline]
+    fn rkey(&self) -> Result<&RemoteKey, Status> {
+        self.rkey.as_ref().ok_or(Status::InvalidParam)
+    }
+
+    /// The sequence number as the receiving side sees it.
+    #[inline]
+    fn recv_sn(&self, pingpong: bool) -> u8 {
+        let at = match self.spec.cmd {
+            Cmd::Am => return self.am_sn.get(),
+            Cmd::Put if pingpong => self.length - 1,
+            _ => 0,
+        };
+        // SAFETY: `at` lies within the receive buffer, which peers write only through the
+        // transport; a volatile read sees their latest store.
+        unsafe { self.recv.ptr.add(at).read_volatile() }
+    }
+
+    #[inline]
+    fn set_send_sn(&self, at: usize, sn: u8) {
+        // SAFETY: `at` lies within the send buffer (length >= 1).
+        unsafe { self.send.ptr.add(at).write_volatile(sn) };
+    }
+
+    /// One operation carrying `sn` (`prev` is the previous sequence number, for adds).
+    #[inline(always)]
+    fn send(&self, sn: u8, prev: u8, pingpong: bool) -> Result<Outcome<()>, Status> {
+        let len = self.length;
+        // SAFETY: `len` bytes of the send buffer are valid for the whole test.
+        let buf = unsafe { std::slice::from_raw_parts(self.send.ptr, len) };
+        let raddr = self.remote_addr;
+        let done = |o: Outcome<usize>| o.map(|_| ());
+        match (self.spec.cmd, self.spec.layout) {
+            (Cmd::Am, Layout::Short) => self.ep.am_short(AM_ID, sn as u64, &buf[8..]),
+            (Cmd::Am, Layout::ShortIov) => {
+                self.set_send_sn(0, sn);
+                self.ep.am_short_iov(AM_ID, &[buf])
+            }
+            (Cmd::Am, Layout::Bcopy) => {
+                self.set_send_sn(0, sn);
+                self.ep
+                    .am_bcopy(
+                        AM_ID,
+                        &mut |d: &mut [u8]| {
+                            d[..len].copy_from_slice(buf);
+                            len
+                        },
+                        SendFlags::empty(),
+                    )
+                    .map(done)
+            }
+            (Cmd::Put, layout) => {
+                if pingpong {
+                    self.set_send_sn(len - 1, sn);
+                }
+                let rkey = self.rkey()?;
+                match layout {
+                    Layout::Short => self.ep.put_short(buf, raddr, rkey),
+                    Layout::Bcopy => self
+                        .ep
+                        .put_bcopy(
+                            &mut |d: &mut [u8]| {
+                                d[..len].copy_from_slice(buf);
+                                len
+                            },
+                            raddr,
+                            rkey,
+                        )
+                        .map(done),
+                    Layout::Zcopy => {
+                        let iov = [Iov::new(self.send.ptr, len, self.send.memh.as_ref())];
+                        // SAFETY: the send buffer outlives the test and the final flush.
+                        unsafe { self.ep.put_zcopy(&iov, raddr, rkey, None) }
+                    }
+                    Layout::ShortIov => Err(Status::Unsupported),
+                }
+            }
+            (Cmd::Get, Layout::Bcopy) => {
+                // SAFETY: the send buffer is ours, `len` bytes, valid until the final flush.
+                unsafe { self.ep.get_bcopy(self.send.ptr, len, raddr, self.rkey()?, None) }
+            }
+            (Cmd::Get, Layout::Zcopy) => {
+                let iov = [Iov::new(self.send.ptr, len, self.send.memh.as_ref())];
+                // SAFETY: as above.
+                unsafe { self.ep.get_zcopy(&iov, raddr, self.rkey()?, None) }
+            }
+            (Cmd::Add, _) => match len {
+                4 => self.ep.atomic32_post(AtomicOp::Add, sn.wrapping_sub(prev) as u32, raddr, self.rkey()?),
+                8 => self.ep.atomic64_post(AtomicOp::Add, sn.wrapping_sub(prev) as u64, raddr, self.rkey()?),
+                _ => Err(Status::InvalidParam),
+            },
+            (Cmd::Fadd | Cmd::Swap | Cmd::Cswap, _) => {
+                let rkey = self.rkey()?;
+                let (op, val) = match self.spec.cmd {
+                    Cmd::Fadd => (AtomicOp::Add, sn.wrapping_sub(prev) as u64),
+                    Cmd::Swap => (AtomicOp::Swap, sn as u64),
+                    _ => (AtomicOp::Cswap, sn as u64),
+                };
+                // SAFETY: results go to the send buffer (>= 8 bytes), valid until the flush.
+                unsafe {
+                    match (len, op) {
+                        (4, AtomicOp::Cswap) => {
+                            self.ep.atomic_cswap32(prev as u32, val as u32, raddr, rkey, self.send.ptr.cast(), None)
+                        }
+                        (8, AtomicOp::Cswap) => {
+                            self.ep.atomic_cswap64(prev as u64, val, raddr, rkey, self.send.ptr.cast(), None)
+                        }
+                        (4, _) => self.ep.atomic32_fetch(op, val as u32, self.send.ptr.cast(), raddr, rkey, None),
+                        (8, _) => self.ep.atomic64_fetch(op, val, self.send.ptr.cast(), raddr, rkey, None),
+                        _ => Err(Status::InvalidParam),
+                    }
+                }
+            }
+            _ => Err(Status::Unsupported),
+        }
+    }
+
+    /// Sends until the transport takes the operation, progressing on `NoResource`.
+    #[inline(always)]
+    fn send_b(&self, sn: u8, prev: u8, pingpong: bool) -> Result<(), String> {
+        loop {
+            match self.send(sn, prev, pingpong) {
+                Ok(Outcome::Done(())) => {
+                    let n = self.sends.get().wrapping_add(1);
+                    self.sends.set(n);
+                    if n % PROGRESS_EVERY == 0 {
+                        self.worker.progress();
+                    }
+                    return Ok(());
+                }
+                Ok(Outcome::InProgress) => {
+                    self.worker.progress();
+                    return Ok(());
+                }
+                Ok(Outcome::NoResource) => {
+                    self.worker.progress();
+                }
+                Err(e) => return Err(format!("failed to send: {e}")),
+            }
+        }
+    }
+
+    fn flush(&self) -> Result<(), String> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.ep.flush(FlushFlags::LOCAL, None) {
+                Ok(Outcome::Done(())) => return Ok(()),
+                Ok(_) => {
+                    self.worker.progress();
+                    if start.elapsed().as_secs() > 30 {
+                        return Err("flush did not complete".into());
+                    }
+                }
+                Err(e) => return Err(format!("flush failed: {e}")),
+            }
+        }
+    }
+
+    fn pingpong(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
+        let len = self.length as u64;
+        let mut sn: u8 = 0;
+        if self.spec.loopback || self.spec.index == 0 {
+            while !meter.done() {
+                self.send_b(sn, sn.wrapping_sub(1), true)?;
+                if meter.update(1, len) {
+                    report(&meter.measure(true));
+                }
+                while self.recv_sn(true) != sn {
+                    self.progress_responder();
+                }
+                sn = sn.wrapping_add(1);
+            }
+        } else {
+            while !meter.done() {
+                while self.recv_sn(true) != sn {
+                    self.progress_responder();
+                }
+                self.send_b(sn, sn.wrapping_sub(1), true)?;
+                if meter.update(1, len) {
+                    report(&meter.measure(true));
+                }
+                sn = sn.wrapping_add(1);
+            }
+        }
+        self.flush()
+    }
+
+    fn stream(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
+        let len = self.length as u64;
+        let fc = self.spec.cmd == Cmd::Am;
+        let to_responder = self.spec.cmd != Cmd::Get;
+        let window = self.spec.fc_window;
+        if self.spec.loopback || self.spec.index == 1 {
+            let mut send_sn: u8 = if fc { 1 } else { 0 };
+            self.set_send_sn(0, send_sn);
+            while !meter.done() {
+                if fc {
+                    // Wait for the receiver's acknowledgements to open the window.
+                    while (send_sn.wrapping_sub(self.am_sn.get()) as i8) > window as i8 {
+                        self.progress_responder();
+                    }
+                    self.send_b(send_sn, send_sn.wrapping_sub(1), false)?;
+                    send_sn = send_sn.wrapping_add(1);
+                } else {
+                    self.send_b(send_sn, send_sn, false)?;
+                }
+                if meter.update(1, len) {
+                    report(&meter.measure(true));
+                }
+            }
+            if fc {
+                let last = send_sn.wrapping_sub(1);
+                while (last.wrapping_sub(self.am_sn.get()) as i8) > 0 && !self.spec.loopback {
+                    self.progress_responder();
+                }
+            } else if to_responder {
+                self.set_send_sn(0, 2);
+                self.send_b(2, send_sn, false)?;
+            } else {
+                // SAFETY: byte 0 of our receive buffer, read by the peer's gets.
+                unsafe { self.recv.ptr.write_volatile(2) };
+            }
+        } else if fc {
+            // Receiver: acknowledge every half window; count iterations from sequence numbers.
+            let mut acked: u8 = u8::MAX;
+            let mut last: u8 = 0;
+            while !meter.done() {
+                self.progress_responder();
+                let sn = self.am_sn.get();
+                if (sn.wrapping_sub(acked) as i8) > (window / 2) as i8 {
+                    self.send_b(sn, acked, false)?;
+                    acked = sn;
+                }
+                let d = sn.wrapping_sub(last) as u64;
+                if d > 0 {
+                    last = sn;
+                    meter.set_iters(meter.iters() + d, len);
+                }
+            }
+            let sn = self.am_sn.get();
+            if sn != acked {
+                self.send_b(sn, acked, false)?;
+            }
+        } else {
+            // Receiver of RMA/atomics: wait for the sentinel. For get, the data flows to the
+            // requester, so poll its memory with our own gets every millisecond.
+            let mut poll = std::time::Instant::now();
+            loop {
+                self.progress_responder();
+                let sn = if to_responder {
+                    self.recv_sn(false)
+                } else {
+                    // SAFETY: byte 0 of our send buffer, written by our gets.
+                    unsafe { self.send.ptr.read_volatile() }
+                };
+                if sn == 2 {
+                    break;
+                }
+                if !to_responder && poll.elapsed().as_millis() >= 1 {
+                    self.send_b(0, 0, false)?;
+                    poll = std::time::Instant::now();
+                }
+            }
+        }
+        self.flush()
+    }
+}
+
+/// Runs a test: warm-up, then the measured run; `report(m, final)` gets progress rows and the
+/// final figures.
+pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&Measured, bool)) -> Result<(), String> {
+    let length: usize = spec.msg_sizes.iter().sum();
+    if length < 1 || (spec.cmd == Cmd::Am && spec.layout == Layout::Short && length < 8) {
+        return Err(format!("message size {length} is too small for this test"));
+    }
+    let ctx = Ctx::setup(spec, oob)?;
+    let attr = ctx.iface.attr().clone();
+    if spec.cmd == Cmd::Am && spec.layout == Layout::Short && length > attr.am.max_short {
+        return Err(format!("message size {length} exceeds the transport's am_short limit ({})", attr.am.max_short));
+    }
+    let sync = |oob: &mut dyn Exchange| oob.exchange(b"sync").map(|_| ());
+    for (iters, measured) in [(spec.warmup, false), (spec.iters, true)] {
+        if iters == 0 {
+            continue;
+        }
+        // Every run starts from zeroed buffers and sequence numbers on both sides.
+        // SAFETY: both buffers are ours and at least `len` bytes.
+        unsafe {
+            std::ptr::write_bytes(ctx.send.ptr, 0, ctx.send.len);
+            std::ptr::write_bytes(ctx.recv.ptr, 0, ctx.recv.len);
+        }
+        ctx.am_sn.set(0);
+        if spec.pingpong {
+            ctx.am_sn.set(u8::MAX);
+            if spec.cmd == Cmd::Put {
+                // SAFETY: last byte of the message within the receive buffer.
+                unsafe { ctx.recv.ptr.add(length - 1).write_volatile(u8::MAX) };
+            } else if spec.cmd == Cmd::Add {
+                // SAFETY: first byte of the receive buffer.
+                unsafe { ctx.recv.ptr.write_volatile(u8::MAX) };
+            }
+        }
+        sync(oob)?;
+        let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
+        meter.start();
+        let mut rep = |m: &Measured| {
+            if measured {
+                report(m, false)
+            }
+        };
+        if spec.pingpong {
+            ctx.pingpong(&mut meter, &mut rep)?;
+        } else {
+            ctx.stream(&mut meter, &mut rep)?;
+        }
+        meter.stop();
+        let m = meter.measure(true);
+        sync(oob)?;
+        if measured {
+            report(&m, true);
+        }
+    }
+    drop(ctx);
+    Ok(())
+}
