@@ -106,9 +106,9 @@ fn buffer(md: &Rc<dyn Md>, len: usize, remote: bool) -> Result<Buffer, String> {
     }
     let mut heap = vec![0u64; len.div_ceil(8)];
     let ptr = heap.as_mut_ptr().cast::<u8>();
-    // SAFETY: the heap vector lives in the Buffer next to the registration, which Buffer's
-    // field order drops first.
     let memh = if md.attr().flags.contains(MdFlags::REG) {
+        // SAFETY: the heap vector lives in the Buffer next to the registration, which Buffer's
+        // field order drops first.
         unsafe { md.mem_reg(ptr, len, MemAccess::ALL) }.ok()
     } else {
         None
