@@ -7,6 +7,14 @@
 
 use std::process::ExitCode;
 
+// Command line, output and bootstrap of the benchmark; the driver that uses them comes next.
+#[allow(dead_code)]
+mod opts;
+#[allow(dead_code)]
+mod report;
+#[allow(dead_code)]
+mod rte;
+
 fn main() -> ExitCode {
     eprintln!(
         "ucx-perf: no benchmark is implemented yet (it arrives with the shared-memory transports). \
