@@ -3,8 +3,10 @@
 //! One cycle-counter read per iteration feeds a ring of the last [`TIMING_QUEUE`] iteration
 //! times (for the percentile) and the running totals. Latency is time per iteration, halved for
 //! ping-pong tests (one way); "average" figures cover the interval since the previous report,
-//! "overall" figures the whole measured run. Bandwidth is bytes per second in MiB, message
-//! rate messages per second.
+//! "overall" figures the whole measured run. Bandwidth is bytes per second in MiB and message
+//! rate messages per second, both doubled for ping-pong (both directions carry a message per
+//! iteration), as the reference computes them. The percentile is element
+//! `floor((n - 1) * R / 100)` of the sorted window.
 
 /// Iterations kept for the percentile.
 pub const TIMING_QUEUE: usize = 2048;
@@ -137,7 +139,7 @@ impl Meter {
         let pct = if window.is_empty() {
             0.0
         } else {
-            let i = ((self.percentile / 100.0) * window.len() as f64) as usize;
+            let i = ((window.len() - 1) as f64 * self.percentile / 100.0) as usize;
             secs(window[i.min(window.len() - 1)])
         };
         let m = Measured {
@@ -145,10 +147,10 @@ impl Meter {
             lat_percentile_us: pct * 1e6 / self.factor,
             lat_avg_us: int_t / int_iters * 1e6 / self.factor,
             lat_overall_us: total_t / (self.iters.max(1) as f64) * 1e6 / self.factor,
-            bw_avg_mbs: (self.bytes - self.rep_bytes) as f64 / int_t / mib,
-            bw_overall_mbs: self.bytes as f64 / total_t / mib,
-            msgrate_avg: (self.msgs - self.rep_msgs) as f64 / int_t,
-            msgrate_overall: self.msgs as f64 / total_t,
+            bw_avg_mbs: (self.bytes - self.rep_bytes) as f64 / int_t / mib * self.factor,
+            bw_overall_mbs: self.bytes as f64 / total_t / mib * self.factor,
+            msgrate_avg: (self.msgs - self.rep_msgs) as f64 / int_t * self.factor,
+            msgrate_overall: self.msgs as f64 / total_t * self.factor,
             elapsed_s: total_t,
         };
         if reset_interval {
@@ -180,7 +182,8 @@ mod tests {
         // 200 us per iteration, ping-pong: about 100 us one way.
         assert!(r.lat_overall_us > 90.0 && r.lat_overall_us < 1000.0, "{r:?}");
         assert!(r.lat_percentile_us > 90.0 && r.lat_percentile_us < 1000.0, "{r:?}");
-        assert!((r.msgrate_overall * r.lat_overall_us * 2e-6 - 1.0).abs() < 0.05, "{r:?}");
+        // Ping-pong: message rate x one-way latency = 1, as in the reference.
+        assert!((r.msgrate_overall * r.lat_overall_us * 1e-6 - 1.0).abs() < 0.05, "{r:?}");
         assert!((r.bw_overall_mbs * 1024.0 * 1024.0 / r.msgrate_overall - 8.0).abs() < 0.01);
     }
 }

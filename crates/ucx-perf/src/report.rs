@@ -41,11 +41,11 @@
 //!   `update(iters = 1, bytes = message size)`: ping-pong on both sides right after their own
 //!   send, the stream sender right after each send. `update` adds to `iters` and `bytes`,
 //!   adds 1 to `msgs` (the number of `update` calls), and stores the time since the previous
-//!   `update` in a ring of the last [`TIMING_QUEUE_SIZE`] = 2048 samples (zeroed at reset).
+//!   `update` in a ring of the last 2048 samples (zeroed at reset).
 //!   The loop ends when `iters` reaches `-n` (`-n 0`: never). Then the side flushes its
 //!   endpoint and takes the end time, so the final figures include the flush; the stream
 //!   sender (index 1) then calls `update(0, 0)` once more (one more `msgs`, one more sample).
-//! - **Progress rows.** Inside `update`, when at least [`REPORT_INTERVAL`] (1 s) has passed
+//! - **Progress rows.** Inside `update`, when at least 1 s has passed
 //!   since the previous report (or the start), the figures are computed with a fresh
 //!   current time, a row is printed, and the "previous report" state becomes the current
 //!   one (time, `iters`, `bytes`, `msgs`). No row is checked for during warm-up.
@@ -72,13 +72,6 @@
 use std::io::{self, Write};
 
 use crate::opts::{Api, Command, PerfParams};
-
-/// Samples kept for the percentile column.
-pub const TIMING_QUEUE_SIZE: usize = 2048;
-/// Time between progress rows.
-pub const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-/// Warm-up stops early once both sides have spent this long in it.
-pub const WARMUP_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The figures of one row (see the module documentation for how each is computed).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -161,7 +154,8 @@ impl Reporter {
     }
 
     /// Sets the text `-I` appends to the following rows (the reference's UCP tests describe
-    /// the protocol there; UCT tests leave it empty).
+    /// the protocol there; UCT tests leave it empty, so only tests set it until UCP lands).
+    #[cfg(test)]
     pub fn set_extra_info(&mut self, info: &str) {
         self.extra_info.clear();
         self.extra_info.push_str(info);

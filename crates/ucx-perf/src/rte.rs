@@ -12,7 +12,7 @@
 //!   parameter block to the server): [`Rte::exchange_params`]. Output options and the
 //!   machine-local ones stay each side's own.
 //! - After that both sides trade opaque blobs ([`Rte::exchange`]: addresses, keys, status)
-//!   and meet at barriers ([`Rte::barrier`], [`Rte::barrier_with`] which keeps a transport
+//!   and meet at barriers ([`Rte::barrier_with`], which keeps a transport
 //!   progressing while it waits, as the reference's barrier does).
 //! - **Loopback** (`-l`): one process is both sides; [`Rte::exchange`] returns its own bytes.
 //!
@@ -65,6 +65,7 @@ impl Listener {
     }
 
     /// The port actually bound.
+    #[cfg(test)]
     pub fn local_port(&self) -> io::Result<u16> {
         Ok(self.inner.local_addr()?.port())
     }
@@ -104,12 +105,6 @@ impl Rte {
         writeln!(out, "Accepted connection from {}", peer_string(&peer))?;
         out.flush()?;
         Ok(rte)
-    }
-
-    /// The client side: connects to `host:port` over any address family the name resolves
-    /// to, retrying refused connections for up to [`CONNECT_RETRY`].
-    pub fn client(host: &str, port: u16) -> io::Result<Rte> {
-        Self::connect(host, port, None, CONNECT_RETRY)
     }
 
     /// The client side with the reference's address-family rule: `Some(false)` only IPv4
@@ -188,6 +183,7 @@ impl Rte {
     }
 
     /// Sides in the group: 1 in loopback, else 2.
+    #[cfg(test)]
     pub fn group_size(&self) -> u32 {
         if self.is_loopback() {
             1
@@ -202,6 +198,7 @@ impl Rte {
     }
 
     /// The peer's index (`size - 1 - index`: itself in loopback).
+    #[cfg(test)]
     pub fn peer_index(&self) -> u32 {
         self.group_size() - 1 - self.group_index()
     }
@@ -281,6 +278,7 @@ impl Rte {
     }
 
     /// Waits until the peer reaches its barrier too.
+    #[cfg(test)]
     pub fn barrier(&mut self) -> io::Result<()> {
         self.barrier_with(&mut || {})
     }

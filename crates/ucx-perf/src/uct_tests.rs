@@ -89,6 +89,12 @@ const PROGRESS_EVERY: u32 = 16;
 pub trait Exchange {
     /// Sends our blob, returns the peer's.
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String>;
+
+    /// Waits until the peer reaches the same point, calling `progress` while waiting.
+    fn barrier(&mut self, progress: &mut dyn FnMut()) -> Result<(), String> {
+        let _ = progress;
+        self.exchange(b"barrier").map(|_| ())
+    }
 }
 
 struct Buffer {
@@ -485,7 +491,11 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
     if spec.cmd == Cmd::Am && spec.layout == Layout::Short && length > attr.am.max_short {
         return Err(format!("message size {length} exceeds the transport's am_short limit ({})", attr.am.max_short));
     }
-    let sync = |oob: &mut dyn Exchange| oob.exchange(b"sync").map(|_| ());
+    let sync = |oob: &mut dyn Exchange, ctx: &Ctx| {
+        oob.barrier(&mut || {
+            ctx.worker.progress();
+        })
+    };
     for (iters, measured) in [(spec.warmup, false), (spec.iters, true)] {
         if iters == 0 {
             continue;
@@ -507,7 +517,7 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
                 unsafe { ctx.recv.ptr.write_volatile(u8::MAX) };
             }
         }
-        sync(oob)?;
+        sync(oob, &ctx)?;
         let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
         meter.start();
         let mut rep = |m: &Measured| {
@@ -522,7 +532,7 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
         }
         meter.stop();
         let m = meter.measure(true);
-        sync(oob)?;
+        sync(oob, &ctx)?;
         if measured {
             report(&m, true);
         }
