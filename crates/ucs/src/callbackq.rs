@@ -52,7 +52,7 @@ struct Elem {
     /// the start of a pass remain valid.
     live: bool,
     /// `None` while the callback is running (it is moved out) or after removal.
-    cb: Option<LocalCb>,
+    cb: LocalCb,
 }
 
 /// Operations queued by other threads, merged by the owner.
@@ -80,12 +80,26 @@ impl Shared {
 /// The owner side of a progress callback queue. See the [module docs](self).
 pub struct CallbackQueue {
     shared: Arc<Shared>,
+    /// Held mutably for a whole dispatch pass; changes made meanwhile go to `deferred`.
     elems: RefCell<Vec<Elem>>,
     /// Remote ops are swapped into these vectors so their buffers are reused between merges.
     spare: RefCell<RemoteOps>,
     dispatching: Cell<bool>,
-    /// Some element died during the current pass and must be purged after it.
-    dirty: Cell<bool>,
+    /// Ids of live callbacks (including deferred adds), for `remove` during a pass.
+    live_ids: RefCell<std::collections::HashSet<u64>>,
+    /// Adds and removals made while a pass holds `elems`.
+    deferred: RefCell<Deferred>,
+    /// Removals waiting in `deferred`: the pass checks ids only while this is non-zero.
+    pending_kills: Cell<usize>,
+}
+
+#[derive(Default)]
+struct Deferred {
+    adds: Vec<Elem>,
+    /// Removed ids.
+    kills: Vec<u64>,
+    /// Removed one-shot keys.
+    oneshot_kills: Vec<u64>,
 }
 
 impl Default for CallbackQueue {
@@ -101,13 +115,18 @@ impl fmt::Debug for CallbackQueue {
 }
 
 /// Ends a dispatch pass even if a callback unwinds, so the queue stays usable.
-struct PassGuard<'a>(&'a CallbackQueue);
+/// Ends a dispatch pass: clears the flag and applies changes callbacks made, also when a
+/// callback unwinds.
+struct PassEnd<'a>(&'a CallbackQueue);
 
-impl Drop for PassGuard<'_> {
+impl Drop for PassEnd<'_> {
     fn drop(&mut self) {
-        self.0.dispatching.set(false);
-        if self.0.dirty.replace(false) {
-            self.0.elems.borrow_mut().retain(|e| e.live);
+        let q = self.0;
+        q.dispatching.set(false);
+        // Elements of a panicking pass may still be marked live: nothing is lost, the panic
+        // only skipped the rest of the pass.
+        if q.pending_kills.get() != 0 || !q.deferred.borrow().adds.is_empty() {
+            q.apply_deferred();
         }
     }
 }
@@ -124,7 +143,9 @@ impl CallbackQueue {
             elems: RefCell::new(Vec::new()),
             spare: RefCell::new(RemoteOps::default()),
             dispatching: Cell::new(false),
-            dirty: Cell::new(false),
+            live_ids: RefCell::default(),
+            deferred: RefCell::default(),
+            pending_kills: Cell::new(0),
         }
     }
 
@@ -134,7 +155,13 @@ impl CallbackQueue {
     }
 
     fn push(&self, id: u64, key: u64, oneshot: bool, cb: LocalCb) {
-        self.elems.borrow_mut().push(Elem { id, key, oneshot, live: true, cb: Some(cb) });
+        self.live_ids.borrow_mut().insert(id);
+        let e = Elem { id, key, oneshot, live: true, cb };
+        if self.dispatching.get() {
+            self.deferred.borrow_mut().adds.push(e);
+        } else {
+            self.elems.borrow_mut().push(e);
+        }
     }
 
     /// Adds a callback called on every dispatch until removed. When called from inside a
@@ -160,7 +187,19 @@ impl CallbackQueue {
     /// Safe from inside a callback, including the one being removed: it is not called again, and
     /// its box is dropped once it returns.
     pub fn remove(&self, id: CbId) -> bool {
-        if self.kill_where(|e| e.id == id.0, true) {
+        if self.live_ids.borrow_mut().remove(&id.0) {
+            if self.dispatching.get() {
+                // The running pass holds the list: record it; the pass skips it from now on.
+                self.deferred.borrow_mut().kills.push(id.0);
+                self.pending_kills.set(self.pending_kills.get() + 1);
+            } else {
+                let victim = {
+                    let mut elems = self.elems.borrow_mut();
+                    elems.iter().position(|e| e.id == id.0).map(|pos| elems.remove(pos))
+                };
+                // Dropped after the borrow: its destructor may use this queue.
+                drop(victim);
+            }
             return true;
         }
         // Not merged yet: cancel it in the remote list.
@@ -174,12 +213,66 @@ impl CallbackQueue {
 
     /// Removes every one-shot callback registered with `key` that has not run yet.
     pub fn remove_oneshot(&self, key: u64) {
-        self.kill_where(|e| e.oneshot && e.key == key, false);
+        if self.dispatching.get() {
+            self.deferred.borrow_mut().oneshot_kills.push(key);
+            self.pending_kills.set(self.pending_kills.get() + 1);
+            return;
+        }
+        let victims: Vec<Elem> = {
+            let mut elems = self.elems.borrow_mut();
+            let (gone, keep): (Vec<Elem>, Vec<Elem>) =
+                std::mem::take(&mut *elems).into_iter().partition(|e| e.oneshot && e.key == key);
+            *elems = keep;
+            gone
+        };
+        let mut ids = self.live_ids.borrow_mut();
+        for v in &victims {
+            ids.remove(&v.id);
+        }
+        drop(ids);
+        drop(victims);
+    }
+
+    /// True when a removal recorded during this pass applies to `e`.
+    #[cold]
+    fn killed(&self, e: &Elem) -> bool {
+        let d = self.deferred.borrow();
+        d.kills.contains(&e.id) || (e.oneshot && d.oneshot_kills.contains(&e.key))
+    }
+
+    /// Applies what callbacks changed during the pass that just ended.
+    #[cold]
+    fn apply_deferred(&self) {
+        let (adds, kills, oneshot_kills) = {
+            let mut d = self.deferred.borrow_mut();
+            (std::mem::take(&mut d.adds), std::mem::take(&mut d.kills), std::mem::take(&mut d.oneshot_kills))
+        };
+        self.pending_kills.set(0);
+        let dead: Vec<Elem> = {
+            let mut elems = self.elems.borrow_mut();
+            let all = std::mem::take(&mut *elems);
+            let (keep, dead): (Vec<Elem>, Vec<Elem>) = all
+                .into_iter()
+                .partition(|e| e.live && !kills.contains(&e.id) && !(e.oneshot && oneshot_kills.contains(&e.key)));
+            *elems = keep;
+            for a in adds {
+                if kills.contains(&a.id) || (a.oneshot && oneshot_kills.contains(&a.key)) {
+                    continue;
+                }
+                elems.push(a);
+            }
+            dead
+        };
+        let mut ids = self.live_ids.borrow_mut();
+        for d in &dead {
+            ids.remove(&d.id);
+        }
+        drop(ids);
+        drop(dead);
     }
 
     /// Marks matching live elements dead (stopping after the first if `first_only`); returns
-    /// whether any matched. Dead boxes are dropped after the `RefCell` borrow ends, since their
-    /// destructors may call back into this queue.
+    /// whether any matched. Used by remote removals merged outside a pass.
     fn kill_where(&self, mut pred: impl FnMut(&Elem) -> bool, first_only: bool) -> bool {
         let mut found = false;
         loop {
@@ -189,16 +282,9 @@ impl CallbackQueue {
                     break;
                 };
                 found = true;
-                if self.dispatching.get() {
-                    // Keep indices stable for the running pass; purge when it ends.
-                    let e = &mut elems[pos];
-                    e.live = false;
-                    self.dirty.set(true);
-                    e.cb.take()
-                } else {
-                    elems.remove(pos).cb
-                }
+                elems.remove(pos)
             };
+            self.live_ids.borrow_mut().remove(&victim.id);
             drop(victim);
             if first_only {
                 break;
@@ -253,36 +339,28 @@ impl CallbackQueue {
             self.merge_remote();
         }
         self.dispatching.set(true);
-        let guard = PassGuard(self);
-        let n = self.elems.borrow().len();
+        // Ends the pass even if a callback panics: the queue stays usable.
+        let end = PassEnd(self);
         let mut count = 0usize;
-        for i in 0..n {
-            let taken = {
-                let mut elems = self.elems.borrow_mut();
-                let e = &mut elems[i];
-                if e.live {
-                    e.cb.take()
-                } else {
-                    None
+        let mut oneshots = false;
+        {
+            // Held for the whole pass: callbacks that add or remove go through `deferred`.
+            let mut elems = self.elems.borrow_mut();
+            for e in elems.iter_mut() {
+                if !e.live || (self.pending_kills.get() != 0 && self.killed(e)) {
+                    continue;
                 }
-            };
-            let Some(mut cb) = taken else { continue };
-            count = count.saturating_add(cb());
-            let finished = {
-                let mut elems = self.elems.borrow_mut();
-                let e = &mut elems[i];
-                if e.live && !e.oneshot {
-                    e.cb = Some(cb);
-                    None
-                } else {
+                count = count.saturating_add((e.cb)());
+                if e.oneshot {
                     e.live = false;
-                    self.dirty.set(true);
-                    Some(cb)
+                    oneshots = true;
                 }
-            };
-            drop(finished);
+            }
         }
-        drop(guard);
+        drop(end);
+        if oneshots {
+            self.apply_deferred();
+        }
         count
     }
 }

@@ -64,13 +64,33 @@ pub struct RemoteKey {
     base: u64,
     length: u64,
     handle: Option<Box<dyn Any>>,
+    /// Where the region is mapped in this process, for transports that map it (shared
+    /// memory): start and length of the mapping, kept alive by `handle`.
+    local: Option<(std::ptr::NonNull<u8>, usize)>,
 }
 
 impl RemoteKey {
     /// Builds a key for `component`, covering `[base, base + length)` on the peer. `handle`
     /// keeps transport resources (e.g. a mapped segment) alive while the key exists.
     pub fn new(component: &'static str, rkey: u64, base: u64, length: u64, handle: Option<Box<dyn Any>>) -> Self {
-        RemoteKey { component, rkey, base, length, handle }
+        RemoteKey { component, rkey, base, length, handle, local: None }
+    }
+
+    /// Records where the region is mapped locally (`uct_rkey_ptr`), so operations reach it
+    /// without looking into the handle.
+    ///
+    /// # Safety
+    /// `len` bytes at `base` must stay mapped for as long as the key lives (e.g. because
+    /// `handle` owns the mapping).
+    pub unsafe fn with_local_mapping(mut self, base: std::ptr::NonNull<u8>, len: usize) -> Self {
+        self.local = Some((base, len));
+        self
+    }
+
+    /// The local mapping recorded by [`RemoteKey::with_local_mapping`]: start and length.
+    #[inline]
+    pub fn local_mapping(&self) -> Option<(std::ptr::NonNull<u8>, usize)> {
+        self.local
     }
 
     /// Name of the component that unpacked the key.
@@ -109,7 +129,8 @@ impl RemoteKey {
     /// transports do.
     #[inline]
     pub fn check(&self, component: &'static str, remote_addr: u64, len: usize) -> UcsResult<u64> {
-        if self.component != component {
+        // Components pass their static name: pointer equality is the fast path.
+        if !std::ptr::eq(self.component, component) && self.component != component {
             tracing::debug!(key = self.component, transport = component, "remote key of another component");
             return Err(Status::InvalidParam);
         }

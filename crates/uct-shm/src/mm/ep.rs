@@ -12,7 +12,7 @@ use uct::{
 
 use super::fifo::{FifoLayout, Producer};
 use super::iface::{Inner, IFACE_ADDR_LEN};
-use super::md::{rkey_segment, MmComponent};
+use super::md::MmComponent;
 use super::segment::{SegId, Segment};
 use crate::sm::{atomic_op32, atomic_op64, cswap32, cswap64, LocalRegion};
 
@@ -138,10 +138,9 @@ impl MmEp {
     /// Region of a remote key, bounded by the mapping the key attached.
     #[inline]
     fn region(&self, rkey: &RemoteKey, addr: u64, len: usize) -> UcsResult<(LocalRegion, u64)> {
-        self.check_failed()?;
         let off = rkey.check(self.iface.comp.name, addr, len)?;
-        let seg = rkey_segment(rkey).ok_or(Status::InvalidParam)?;
-        Ok((LocalRegion { base: seg.base().as_ptr(), len: seg.len() }, off))
+        let (base, len) = rkey.local_mapping().ok_or(Status::InvalidParam)?;
+        Ok((LocalRegion { base: base.as_ptr(), len }, off))
     }
 
     fn send_inline(&self, id: u8, total: usize, fill: impl FnOnce(*mut u8)) -> OpResult {

@@ -7,8 +7,13 @@
 //! receiver tracks which descriptor each element has in private memory (a peer cannot redirect
 //! it); a handler that keeps a descriptor gets to keep the buffer, and the element is lent a
 //! fresh one before its slot is released. When every spare descriptor is kept, messages are
-//! copied instead of lent. Inline data is always copied out of the FIFO before the handler
-//! runs, so handlers never read memory a peer may still write.
+//! copied instead of lent.
+//!
+//! Trust model: handlers read inline data and descriptors in place (as UCX does). Producers
+//! that follow the protocol never write a slot the consumer owns, nor a descriptor after
+//! publishing it; every header field is read once and validated, so a peer that breaks the
+//! protocol can corrupt message contents but never make this process access memory outside
+//! its mappings.
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
@@ -72,8 +77,6 @@ struct Rx {
     consumer: Consumer,
     /// The descriptor lent to each FIFO slot (receiver-private).
     lent: Vec<Option<PoolBuf>>,
-    /// Where inline data is copied before the handler runs.
-    scratch: Option<Box<[u8]>>,
 }
 
 pub(crate) struct Inner {
@@ -116,14 +119,12 @@ impl Inner {
                 if len > self.cfg.layout.max_inline() {
                     tracing::warn!(len, "{}: dropped an inline message longer than the element", self.comp.name);
                 } else {
-                    let mut scratch =
-                        rx.scratch.take().unwrap_or_else(|| vec![0u8; self.cfg.layout.max_inline()].into());
-                    // SAFETY: `len` bytes of inline data lie within the published element.
-                    unsafe { std::ptr::copy_nonoverlapping(rx.consumer.inline_ptr(), scratch.as_mut_ptr(), len) };
+                    // SAFETY: `len` bytes of inline data lie within the published element, which
+                    // stays ours (no producer may claim the slot) until `advance` releases it.
+                    let data = unsafe { std::slice::from_raw_parts(rx.consumer.inline_ptr(), len) };
                     drop(rx);
-                    let _ = self.am.invoke(e.am_id, AmRecv::borrowed(&scratch[..len]));
+                    let _ = self.am.invoke(e.am_id, AmRecv::borrowed(data));
                     rx = self.rx.borrow_mut();
-                    rx.scratch = Some(scratch);
                 }
             } else if len > self.cfg.seg_size {
                 tracing::warn!(len, "{}: dropped a bcopy message longer than a descriptor", self.comp.name);
@@ -268,7 +269,7 @@ impl MmIface {
                 eps: RefCell::default(),
                 bounce: Cell::new(None),
                 signal_rx: SignalSocket::bind(id)?,
-                rx: RefCell::new(Rx { consumer, lent, scratch: Some(vec![0u8; max_inline].into()) }),
+                rx: RefCell::new(Rx { consumer, lent }),
                 desc_base: fifo_len,
                 descs,
                 seg,

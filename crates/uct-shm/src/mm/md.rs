@@ -77,7 +77,10 @@ impl Component for MmComponent {
             return Err(Status::InvalidParam);
         }
         let seg = Segment::attach(id)?;
-        Ok(RemoteKey::new(self.name, 0, base, id.len, Some(Box::new(Rc::new(seg)))))
+        let (map, len) = (seg.base(), seg.len());
+        let key = RemoteKey::new(self.name, 0, base, id.len, Some(Box::new(Rc::new(seg))));
+        // SAFETY: the key's handle owns the segment, which keeps `len` bytes at `map` mapped.
+        Ok(unsafe { key.with_local_mapping(map, len) })
     }
 }
 
@@ -140,9 +143,4 @@ impl Md for MmMd {
         out.extend_from_slice(&(r.seg.base().as_ptr() as u64).to_le_bytes());
         Ok(out)
     }
-}
-
-/// The mapping a remote key keeps alive.
-pub(crate) fn rkey_segment(rkey: &RemoteKey) -> Option<&Rc<Segment>> {
-    rkey.handle::<Rc<Segment>>()
 }
