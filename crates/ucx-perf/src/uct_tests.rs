@@ -369,6 +369,20 @@ impl Ctx {
         }
     }
 
+    /// Waits until the peer's message `sn` is visible. When that means polling a memory word the
+    /// peer's put or atomic targets (not an AM, which progress delivers), relax between reads so
+    /// the peer's store is not delayed by the line being pulled back too often.
+    #[inline(always)]
+    fn wait_sn(&self, sn: u8) {
+        let polls_memory = self.spec.cmd != Cmd::Am;
+        while self.recv_sn(true) != sn {
+            self.progress_responder();
+            if polls_memory {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
     fn pingpong(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.length as u64;
         let mut sn: u8 = 0;
@@ -378,16 +392,12 @@ impl Ctx {
                 if meter.update(1, len) {
                     report(&meter.measure(true));
                 }
-                while self.recv_sn(true) != sn {
-                    self.progress_responder();
-                }
+                self.wait_sn(sn);
                 sn = sn.wrapping_add(1);
             }
         } else {
             while !meter.done() {
-                while self.recv_sn(true) != sn {
-                    self.progress_responder();
-                }
+                self.wait_sn(sn);
                 self.send_b(sn, sn.wrapping_sub(1), true)?;
                 if meter.update(1, len) {
                     report(&meter.measure(true));
@@ -469,6 +479,9 @@ impl Ctx {
                 if sn == 2 {
                     break;
                 }
+                // Polling the word the sender's operations target: relax between reads so the
+                // sender's cache line is not pulled away more often than needed.
+                std::hint::spin_loop();
                 if !to_responder && poll.elapsed().as_millis() >= 1 {
                     self.send_b(0, 0, false)?;
                     poll = std::time::Instant::now();
