@@ -190,7 +190,11 @@ fn receiver_killed(tl: &str) {
     let start = Instant::now();
     let err = loop {
         match ep.am_short(1, 0, &[]) {
-            Ok(Outcome::NoResource) => assert!(start.elapsed() < TIMEOUT, "{tl}: dead peer never detected"),
+            // The receiver may have freed a few slots before it stopped: those sends succeed,
+            // then the FIFO is full for good and the peer check finds the process gone.
+            Ok(Outcome::NoResource | Outcome::Done(())) => {
+                assert!(start.elapsed() < TIMEOUT, "{tl}: dead peer never detected")
+            }
             Err(e) => break e,
             other => panic!("{tl}: unexpected {other:?}"),
         }
