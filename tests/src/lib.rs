@@ -1,7 +1,7 @@
 //! # tests - cross-backend integration tests
 //!
 //! Integration tests that run the same checks over every transport resource this machine
-//! provides: today `self`, `posix` and `sysv`; `cma` and InfiniBand join as their crates implement them.
+//! provides: today `self`, `posix`, `sysv` and `cma`; InfiniBand joins as its crate implements it.
 //! The tests live in `tests/tests/`; this library holds what they share.
 
 use uct::conformance::Options;

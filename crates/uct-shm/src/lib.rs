@@ -7,9 +7,10 @@
 //! | `self` | `memory0` | loopback inside one process: handlers run inside the send call |
 //! | `posix`, `sysv` | `memory` | a receive FIFO per interface in shared memory ([`mm`]) |
 //!
-//! `cma` single-copy arrives with the rest of the shared-memory issue.
+//! | `cma` | `memory` | single-copy put/get zcopy with `process_vm_writev`/`readv` ([`cma`]) |
 //! Call [`register`] once to make the components visible to `uct` discovery.
 
+pub mod cma;
 pub mod mm;
 pub mod self_;
 mod sm;
@@ -19,4 +20,5 @@ pub fn register() {
     uct::register_component(&self_::COMPONENT);
     uct::register_component(&mm::POSIX);
     uct::register_component(&mm::SYSV);
+    uct::register_component(&cma::COMPONENT);
 }

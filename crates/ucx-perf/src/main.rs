@@ -92,6 +92,7 @@ fn spec(p: &PerfParams, resource: String, index: u8) -> Result<UctTestSpec, Stri
         resource,
         loopback: p.loopback,
         index,
+        max_outstanding: p.max_outstanding,
     })
 }
 

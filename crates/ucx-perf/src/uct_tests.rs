@@ -80,6 +80,8 @@ pub struct UctTestSpec {
     pub loopback: bool,
     /// Side: 0 (server) or 1 (client).
     pub index: u8,
+    /// Largest number of operations in flight (`-O`, resolved; at least 1).
+    pub max_outstanding: u32,
 }
 
 const AM_ID: u8 = 1;
@@ -154,6 +156,8 @@ struct Ctx {
     am_sn: Rc<Cell<u8>>,
     length: usize,
     sends: Cell<u32>,
+    /// Counts operations in flight: +1 for each `InProgress`, -1 as the transport completes.
+    inflight: Rc<uct::Completion>,
     _md: Rc<dyn Md>,
 }
 
@@ -168,9 +172,14 @@ impl Ctx {
         let recv = buffer(&md, length, true)?;
         let am_sn = Rc::new(Cell::new(0u8));
         let s2 = am_sn.clone();
-        iface
-            .set_am_handler(AM_ID, Some(Rc::new(move |m: AmRecv<'_>| s2.set(m.data().first().copied().unwrap_or(0)))))
-            .map_err(|e| format!("cannot set the AM handler: {e}"))?;
+        if spec.cmd == Cmd::Am {
+            iface
+                .set_am_handler(
+                    AM_ID,
+                    Some(Rc::new(move |m: AmRecv<'_>| s2.set(m.data().first().copied().unwrap_or(0)))),
+                )
+                .map_err(|e| format!("cannot set the AM handler: {e}"))?;
+        }
         let mut mine = Vec::new();
         push_blob(&mut mine, &iface.device_address());
         push_blob(&mut mine, &iface.iface_address());
@@ -200,6 +209,7 @@ impl Ctx {
             am_sn,
             length,
             sends: Cell::new(0),
+            inflight: uct::Completion::counter(0),
             _md: md,
         })
     }
@@ -283,19 +293,19 @@ impl Ctx {
                     Layout::Zcopy => {
                         let iov = [Iov::new(self.send.ptr, len, self.send.memh.as_ref())];
                         // SAFETY: the send buffer outlives the test and the final flush.
-                        unsafe { self.ep.put_zcopy(&iov, raddr, rkey, None) }
+                        unsafe { self.ep.put_zcopy(&iov, raddr, rkey, Some(&self.inflight)) }
                     }
                     Layout::ShortIov => Err(Status::Unsupported),
                 }
             }
             (Cmd::Get, Layout::Bcopy) => {
                 // SAFETY: the send buffer is ours, `len` bytes, valid until the final flush.
-                unsafe { self.ep.get_bcopy(self.send.ptr, len, raddr, self.rkey()?, None) }
+                unsafe { self.ep.get_bcopy(self.send.ptr, len, raddr, self.rkey()?, Some(&self.inflight)) }
             }
             (Cmd::Get, Layout::Zcopy) => {
                 let iov = [Iov::new(self.send.ptr, len, self.send.memh.as_ref())];
                 // SAFETY: as above.
-                unsafe { self.ep.get_zcopy(&iov, raddr, self.rkey()?, None) }
+                unsafe { self.ep.get_zcopy(&iov, raddr, self.rkey()?, Some(&self.inflight)) }
             }
             (Cmd::Add, _) => match len {
                 4 => self.ep.atomic32_post(AtomicOp::Add, sn.wrapping_sub(prev) as u32, raddr, self.rkey()?),
@@ -312,14 +322,33 @@ impl Ctx {
                 // SAFETY: results go to the send buffer (>= 8 bytes), valid until the flush.
                 unsafe {
                     match (len, op) {
-                        (4, AtomicOp::Cswap) => {
-                            self.ep.atomic_cswap32(prev as u32, val as u32, raddr, rkey, self.send.ptr.cast(), None)
+                        (4, AtomicOp::Cswap) => self.ep.atomic_cswap32(
+                            prev as u32,
+                            val as u32,
+                            raddr,
+                            rkey,
+                            self.send.ptr.cast(),
+                            Some(&self.inflight),
+                        ),
+                        (8, AtomicOp::Cswap) => self.ep.atomic_cswap64(
+                            prev as u64,
+                            val,
+                            raddr,
+                            rkey,
+                            self.send.ptr.cast(),
+                            Some(&self.inflight),
+                        ),
+                        (4, _) => self.ep.atomic32_fetch(
+                            op,
+                            val as u32,
+                            self.send.ptr.cast(),
+                            raddr,
+                            rkey,
+                            Some(&self.inflight),
+                        ),
+                        (8, _) => {
+                            self.ep.atomic64_fetch(op, val, self.send.ptr.cast(), raddr, rkey, Some(&self.inflight))
                         }
-                        (8, AtomicOp::Cswap) => {
-                            self.ep.atomic_cswap64(prev as u64, val, raddr, rkey, self.send.ptr.cast(), None)
-                        }
-                        (4, _) => self.ep.atomic32_fetch(op, val as u32, self.send.ptr.cast(), raddr, rkey, None),
-                        (8, _) => self.ep.atomic64_fetch(op, val, self.send.ptr.cast(), raddr, rkey, None),
                         _ => Err(Status::InvalidParam),
                     }
                 }
@@ -331,6 +360,7 @@ impl Ctx {
     /// Sends until the transport takes the operation, progressing on `NoResource`.
     #[inline(always)]
     fn send_b(&self, sn: u8, prev: u8, pingpong: bool) -> Result<(), String> {
+        self.wait_for_window();
         loop {
             match self.send(sn, prev, pingpong) {
                 Ok(Outcome::Done(())) => {
@@ -342,6 +372,7 @@ impl Ctx {
                     return Ok(());
                 }
                 Ok(Outcome::InProgress) => {
+                    self.inflight.add_count(1);
                     self.worker.progress();
                     return Ok(());
                 }
@@ -353,8 +384,25 @@ impl Ctx {
         }
     }
 
+    /// Waits until fewer than `max_outstanding` operations are in flight (`wait_for_window`).
+    #[inline(always)]
+    fn wait_for_window(&self) {
+        while self.inflight.count() >= self.spec.max_outstanding.max(1) as i32 {
+            self.worker.progress();
+        }
+    }
+
     fn flush(&self) -> Result<(), String> {
         let start = std::time::Instant::now();
+        while self.inflight.count() > 0 {
+            self.worker.progress();
+            if start.elapsed().as_secs() > 30 {
+                return Err("operations did not complete".into());
+            }
+        }
+        if self.inflight.status() != Status::Ok {
+            return Err(format!("an operation failed: {}", self.inflight.status()));
+        }
         loop {
             match self.ep.flush(FlushFlags::LOCAL, None) {
                 Ok(Outcome::Done(())) => return Ok(()),

@@ -40,6 +40,7 @@ fn spec(cmd: Cmd, pingpong: bool, layout: Layout, size: usize) -> UctTestSpec {
         resource: "posix/memory".into(),
         loopback: true,
         index: 0,
+        max_outstanding: 1,
     }
 }
 
@@ -65,6 +66,48 @@ const ALL: &[(&str, Cmd, bool, Layout, usize)] = &[
     ("put_bw", Cmd::Put, false, Layout::Bcopy, 4096),
     ("add_mr", Cmd::Add, false, Layout::Short, 8),
 ];
+
+#[test]
+fn cma_zero_copy() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    uct_shm::register();
+    if uct::unavailable_components().iter().any(|(n, _)| *n == "cma") {
+        return;
+    }
+    for (name, cmd) in [("put_bw zcopy", Cmd::Put), ("get zcopy", Cmd::Get)] {
+        let mut s0 = spec(cmd, false, Layout::Zcopy, 1 << 20);
+        s0.resource = "cma/memory".into();
+        s0.iters = 200;
+        s0.warmup = 10;
+        let mut finals = Vec::new();
+        run(&s0, &mut Loopback, &mut |m, fin| {
+            if fin {
+                finals.push(*m)
+            }
+        })
+        .unwrap_or_else(|e| panic!("{name} loopback: {e}"));
+        check(name, &finals, 200);
+        // Two sides.
+        let (a_tx, b_rx) = channel();
+        let (b_tx, a_rx) = channel();
+        s0.loopback = false;
+        let mut s1 = s0.clone();
+        s1.index = 1;
+        let server = std::thread::spawn(move || {
+            uct_shm::register();
+            run(&s0, &mut Chan(a_tx, a_rx), &mut |_, _| {})
+        });
+        let mut finals = Vec::new();
+        let r = run(&s1, &mut Chan(b_tx, b_rx), &mut |m, fin| {
+            if fin {
+                finals.push(*m)
+            }
+        });
+        server.join().unwrap().unwrap_or_else(|e| panic!("{name} server: {e}"));
+        r.unwrap_or_else(|e| panic!("{name} client: {e}"));
+        check(name, &finals, 200);
+    }
+}
 
 #[test]
 fn every_uct_test_in_loopback() {

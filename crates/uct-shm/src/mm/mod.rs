@@ -17,5 +17,6 @@ pub mod segment;
 mod signal;
 
 pub use ep::MmEp;
+pub(crate) use iface::machine_id;
 pub use iface::MmIface;
 pub use md::{MmComponent, MmMd, DEVICE, POSIX, SYSV};
