@@ -1,4 +1,4 @@
-//! `posix` and `sysv` between two real processes: this test binary re-runs itself as the peer
+//! `posix`, `sysv` and `cma` between two real processes: this test binary re-runs itself as the peer
 //! (selected by `UCX_RS_TEST_PEER`), and the two exchange addresses over the child's stdin and
 //! stdout. Scenarios that busy-poll hold a lock so they never run in parallel.
 
@@ -112,6 +112,21 @@ fn peer_entry() {
             let mut line = String::new();
             let _ = input.read_line(&mut line); // until killed
         }
+        // Registers a buffer, prints its address and key, and waits to be killed.
+        "cma-target" => {
+            let (md, tl_res) = uct::find_resource("cma/memory").unwrap();
+            let _ = tl_res;
+            let mut buf = vec![0u8; 1 << 16];
+            // SAFETY: `buf` lives until this process is killed.
+            let memh = unsafe { md.mem_reg(buf.as_mut_ptr(), buf.len(), uct::MemAccess::ALL) }.unwrap();
+            let key = md.mkey_pack(&memh).unwrap();
+            println!("ADDR {} {} {}", hex(&iface.device_address()), hex(&iface.iface_address()), hex(&key));
+            std::io::stdout().flush().unwrap();
+            let mut line = String::new();
+            let _ = input.read_line(&mut line);
+            drop(memh);
+            drop(buf);
+        }
         other => panic!("unknown peer role {other}"),
     }
 }
@@ -206,6 +221,61 @@ fn receiver_killed(tl: &str) {
     assert_eq!(r, Err(Status::ConnectionReset));
     drop(ep);
     drop(iface);
+}
+
+/// cma against a peer process that is killed: queued and later operations complete with
+/// `ConnectionReset`, the error handler hears of it once, the survivor goes on.
+#[test]
+fn cma_peer_killed() {
+    if std::env::var("UCX_RS_TEST_PEER").is_ok() {
+        return;
+    }
+    uct_shm::register();
+    if uct::unavailable_components().iter().any(|(n, _)| *n == "cma") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = spawn_peer("cma-target", "cma");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let line = read_tagged(&mut out, "ADDR ");
+    let parts: Vec<&str> = line.split(' ').collect();
+    let worker = Worker::default();
+    let failures: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
+    let f2 = failures.clone();
+    let params =
+        IfaceParams { err_handler: Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st)))), ..Default::default() };
+    let (md, iface) = uct::iface_open_by_name(&worker, "cma/memory", params).unwrap();
+    iface.progress_enable(uct::ProgressFlags::SEND);
+    let ep = iface.ep_create(&EpParams::to_iface(&unhex(parts[0]), &unhex(parts[1])).with_user_data(5)).unwrap();
+    let rkey = md.component().rkey_unpack(&unhex(parts[2])).unwrap();
+    let mut src = vec![7u8; 4096];
+    let iov = [uct::Iov::new(src.as_mut_ptr(), src.len(), None)];
+    let put = |comp: &Rc<uct::Completion>| {
+        // SAFETY: `src` outlives every operation (waited for below).
+        unsafe { ep.put_zcopy(&iov, rkey.base(), &rkey, Some(comp)) }
+    };
+    let wait = |comp: &Rc<uct::Completion>| {
+        let start = Instant::now();
+        while comp.count() > 0 {
+            worker.progress();
+            assert!(start.elapsed() < TIMEOUT, "cma operation never completed");
+        }
+        comp.status()
+    };
+    let comp = uct::Completion::counter(1);
+    assert_eq!(put(&comp), Ok(Outcome::InProgress));
+    assert_eq!(wait(&comp), Status::Ok, "a put to a live peer succeeds");
+    // Out of the peer's region: refused before reaching the kernel.
+    let r = unsafe { ep.put_zcopy(&iov, rkey.base() + (1 << 16) - 100, &rkey, None) };
+    assert_eq!(r, Err(Status::OutOfRange));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let comp = uct::Completion::counter(1);
+    assert_eq!(put(&comp), Ok(Outcome::InProgress));
+    assert_eq!(wait(&comp), Status::ConnectionReset, "a put to a dead peer fails the endpoint");
+    assert_eq!(*failures.borrow(), [(5, Status::ConnectionReset)]);
+    assert_eq!(put(&uct::Completion::counter(1)), Err(Status::ConnectionReset));
+    assert_eq!(ep.check(None), Err(Status::ConnectionReset));
 }
 
 #[test]
