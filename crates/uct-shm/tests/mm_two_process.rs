@@ -266,6 +266,7 @@ fn cma_peer_killed() {
     assert_eq!(put(&comp), Ok(Outcome::InProgress));
     assert_eq!(wait(&comp), Status::Ok, "a put to a live peer succeeds");
     // Out of the peer's region: refused before reaching the kernel.
+    // SAFETY: refused before anything is queued; `src` outlives the call anyway.
     let r = unsafe { ep.put_zcopy(&iov, rkey.base() + (1 << 16) - 100, &rkey, None) };
     assert_eq!(r, Err(Status::OutOfRange));
     child.kill().unwrap();
