@@ -127,6 +127,25 @@ fn peer_entry() {
             drop(memh);
             drop(buf);
         }
+        // Allocates a region, prints its key, and checks what the peer wrote when told to.
+        "rma-target" => {
+            let (md, _) = uct::find_resource(&format!("{tl}/memory")).unwrap();
+            let memh = md.mem_alloc(4096, uct::MemAccess::ALL, "rma-target").unwrap();
+            // SAFETY: 4096 bytes of our own allocation; the peer writes only while we wait.
+            let region = unsafe { std::slice::from_raw_parts_mut(memh.address(), 4096) };
+            region[2048..2056].copy_from_slice(&0x1122_3344_5566_7788u64.to_ne_bytes());
+            println!("KEY {}", hex(&md.mkey_pack(&memh).unwrap()));
+            std::io::stdout().flush().unwrap();
+            let _ = read_tagged(&mut input, "CHECK");
+            // SAFETY: as above; the peer is done writing (it said CHECK).
+            let region = unsafe { std::slice::from_raw_parts(memh.address(), 4096) };
+            let ok = region[..100].iter().enumerate().all(|(i, &b)| b == i as u8)
+                && u64::from_ne_bytes(region[1024..1032].try_into().unwrap()) == 1000 + 5
+                && u32::from_ne_bytes(region[1040..1044].try_into().unwrap()) == 0xffff_0000 ^ 0x0f0f;
+            println!("VERDICT {}", if ok { "ok" } else { "bad" });
+            std::io::stdout().flush().unwrap();
+            let _ = read_tagged(&mut input, "BYE");
+        }
         other => panic!("unknown peer role {other}"),
     }
 }
@@ -277,6 +296,53 @@ fn cma_peer_killed() {
     assert_eq!(*failures.borrow(), [(5, Status::ConnectionReset)]);
     assert_eq!(put(&uct::Completion::counter(1)), Err(Status::ConnectionReset));
     assert_eq!(ep.check(None), Err(Status::ConnectionReset));
+}
+
+/// Put, get and atomics into memory a peer process allocated.
+fn rma_into_peer(tl: &str) {
+    use uct::AtomicOp;
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = spawn_peer("rma-target", tl);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let key = unhex(&read_tagged(&mut out, "KEY "));
+    let worker = Worker::default();
+    let iface = open(tl, &worker);
+    let (md, _) = uct::find_resource(&format!("{tl}/memory")).unwrap();
+    let rkey = md.component().rkey_unpack(&key).unwrap();
+    let ep = iface.ep_create(&EpParams::to_iface(&iface.device_address(), &iface.iface_address())).unwrap();
+    let base = rkey.base();
+    let data: Vec<u8> = (0..100u8).collect();
+    assert_eq!(ep.put_short(&data, base, &rkey), Ok(Outcome::Done(())));
+    let mut back = [0u8; 8];
+    assert_eq!(ep.get_short(&mut back, base + 2048, &rkey), Ok(Outcome::Done(())));
+    assert_eq!(u64::from_ne_bytes(back), 0x1122_3344_5566_7788, "{tl}: get of the peer's value");
+    assert_eq!(ep.put_short(&1000u64.to_ne_bytes(), base + 1024, &rkey), Ok(Outcome::Done(())));
+    let mut old = 0u64;
+    // SAFETY: `old` lives across the call; shared-memory atomics complete immediately.
+    let r = unsafe { ep.atomic64_fetch(AtomicOp::Add, 5, &mut old, base + 1024, &rkey, None) };
+    assert_eq!((r, old), (Ok(Outcome::Done(())), 1000), "{tl}: fetch-add in the peer's memory");
+    assert_eq!(ep.put_short(&0xffff_0000u32.to_ne_bytes(), base + 1040, &rkey), Ok(Outcome::Done(())));
+    assert_eq!(ep.atomic32_post(AtomicOp::Xor, 0x0f0f, base + 1040, &rkey), Ok(Outcome::Done(())));
+    assert_eq!(ep.put_short(&data, base + 4096 - 50, &rkey), Err(Status::OutOfRange), "{tl}: past the region");
+    writeln!(stdin, "CHECK").unwrap();
+    assert_eq!(read_tagged(&mut out, "VERDICT "), "ok", "{tl}: the peer saw our writes");
+    writeln!(stdin, "BYE").unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn posix_rma_into_peer() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        rma_into_peer("posix");
+    }
+}
+
+#[test]
+fn sysv_rma_into_peer() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        rma_into_peer("sysv");
+    }
 }
 
 #[test]
