@@ -69,4 +69,4 @@ pub use mem::{iov_total_len, Iov, MemH, MemRegion, RemoteKey};
 pub use pending::{PendingHandle, PendingOutcome, PendingQueue, PendingReq, Resources};
 pub use tag::{RndvOp, Tag, TagCompletedFn, TagHandlers, TagRecvContext, TagRndvFn, TagUnexpEager, TagUnexpRndv};
 pub use ucs::{OpResult, Outcome, Status, UcsResult};
-pub use worker::Worker;
+pub use worker::{ProgressRegistration, Worker};

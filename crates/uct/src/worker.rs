@@ -56,6 +56,48 @@ impl Worker {
     }
 }
 
+/// An interface's registration with its worker's progress, for transport implementations:
+/// [`ProgressRegistration::enable`] registers once, [`ProgressRegistration::disable`] and `Drop`
+/// unregister.
+pub struct ProgressRegistration {
+    worker: Worker,
+    id: std::cell::Cell<Option<CbId>>,
+}
+
+impl ProgressRegistration {
+    /// Not registered yet, for `worker`.
+    pub fn new(worker: &Worker) -> Self {
+        ProgressRegistration { worker: worker.clone(), id: std::cell::Cell::new(None) }
+    }
+
+    /// Registers `progress` unless already registered. Capture the interface weakly, so the
+    /// worker does not keep it alive.
+    pub fn enable(&self, progress: impl FnMut() -> usize + 'static) {
+        if self.id.get().is_none() {
+            self.id.set(Some(self.worker.progress_register(Box::new(progress))));
+        }
+    }
+
+    /// Unregisters, if registered.
+    pub fn disable(&self) {
+        if let Some(id) = self.id.take() {
+            self.worker.progress_unregister(id);
+        }
+    }
+}
+
+impl Drop for ProgressRegistration {
+    fn drop(&mut self) {
+        self.disable();
+    }
+}
+
+impl fmt::Debug for ProgressRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProgressRegistration").field("enabled", &self.id.get().is_some()).finish()
+    }
+}
+
 impl Default for Worker {
     fn default() -> Self {
         Worker::new(None, ThreadMode::Single)

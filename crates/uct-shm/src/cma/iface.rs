@@ -4,12 +4,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
-use ucs::callbackq::CbId;
 use ucs::config::{Config, MemUnits};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     iov_total_len, AmHandler, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, FlushFlags, Iface,
-    IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, RemoteKey, Worker,
+    IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, ProgressRegistration, RemoteKey,
+    Worker,
 };
 
 use super::NAME;
@@ -61,8 +61,7 @@ struct Inner {
     tx_quota: u32,
     queue: RefCell<VecDeque<Op>>,
     err_handler: Option<ErrHandler>,
-    worker: Worker,
-    progress_id: Cell<Option<CbId>>,
+    progress: ProgressRegistration,
 }
 
 fn fail_ep(inner: &Inner, ep: &EpState, status: Status) {
@@ -216,8 +215,7 @@ impl CmaIface {
                 tx_quota: t.tx_quota,
                 queue: RefCell::new(VecDeque::with_capacity(64)),
                 err_handler: params.err_handler.clone(),
-                worker: worker.clone(),
-                progress_id: Cell::new(None),
+                progress: ProgressRegistration::new(worker),
             }),
         })
     }
@@ -225,9 +223,7 @@ impl CmaIface {
 
 impl Drop for CmaIface {
     fn drop(&mut self) {
-        if let Some(id) = self.inner.progress_id.take() {
-            self.inner.worker.progress_unregister(id);
-        }
+        self.inner.progress.disable();
         // Operations never started complete as canceled.
         let ops: Vec<Op> = self.inner.queue.borrow_mut().drain(..).collect();
         for op in ops {
@@ -248,17 +244,12 @@ impl Iface for CmaIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        if self.inner.progress_id.get().is_none() {
-            let weak = Rc::downgrade(&self.inner);
-            let id = self.inner.worker.progress_register(Box::new(move || weak.upgrade().map_or(0, |i| i.progress())));
-            self.inner.progress_id.set(Some(id));
-        }
+        let weak = Rc::downgrade(&self.inner);
+        self.inner.progress.enable(move || weak.upgrade().map_or(0, |i| i.progress()));
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
-        if let Some(id) = self.inner.progress_id.take() {
-            self.inner.worker.progress_unregister(id);
-        }
+        self.inner.progress.disable();
     }
 
     fn set_am_handler(&self, id: u8, _handler: Option<AmHandler>) -> UcsResult<()> {

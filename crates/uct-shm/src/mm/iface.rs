@@ -21,13 +21,12 @@ use std::rc::{Rc, Weak};
 use std::sync::OnceLock;
 
 use ucs::arbiter::GroupId;
-use ucs::callbackq::CbId;
 use ucs::mpool::{ChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler,
     EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
-    Resources, Worker, AM_ID_MAX,
+    ProgressRegistration, Resources, Worker, AM_ID_MAX,
 };
 
 use super::config::MmIfaceConfig;
@@ -96,8 +95,7 @@ pub(crate) struct Inner {
     descs: Rc<MemPool>,
     desc_base: usize,
     seg: Rc<Segment>,
-    worker: Worker,
-    progress_id: Cell<Option<CbId>>,
+    progress: ProgressRegistration,
 }
 
 impl Inner {
@@ -273,8 +271,7 @@ impl MmIface {
                 desc_base: fifo_len,
                 descs,
                 seg,
-                worker: worker.clone(),
-                progress_id: Cell::new(None),
+                progress: ProgressRegistration::new(worker),
                 cfg,
             }),
         })
@@ -283,9 +280,7 @@ impl MmIface {
 
 impl Drop for MmIface {
     fn drop(&mut self) {
-        if let Some(id) = self.inner.progress_id.take() {
-            self.inner.worker.progress_unregister(id);
-        }
+        self.inner.progress.disable();
         self.inner.am.clear();
         self.inner.pending.clear();
         let _ = self.inner.desc_base;
@@ -302,17 +297,12 @@ impl Iface for MmIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        if self.inner.progress_id.get().is_none() {
-            let weak = Rc::downgrade(&self.inner);
-            let id = self.inner.worker.progress_register(Box::new(move || weak.upgrade().map_or(0, |i| i.progress())));
-            self.inner.progress_id.set(Some(id));
-        }
+        let weak = Rc::downgrade(&self.inner);
+        self.inner.progress.enable(move || weak.upgrade().map_or(0, |i| i.progress()));
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
-        if let Some(id) = self.inner.progress_id.take() {
-            self.inner.worker.progress_unregister(id);
-        }
+        self.inner.progress.disable();
     }
 
     fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {

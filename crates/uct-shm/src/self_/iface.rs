@@ -5,18 +5,16 @@
 //! `RX_MAX_BUFS` buffers are kept, sends return `NoResource` until one is released, and pending
 //! requests are then served from progress, round robin over endpoints.
 
-use std::cell::Cell;
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ucs::arbiter::GroupId;
-use ucs::callbackq::CbId;
 use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOp, AtomicOps, BandwidthModel, Completion,
     Ep, EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
-    PendingHandle, PendingQueue, ProgressFlags, RemoteKey, Resources, SendFlags, Worker,
+    PendingHandle, PendingQueue, ProgressFlags, ProgressRegistration, RemoteKey, Resources, SendFlags, Worker,
 };
 
 use super::config::SelfIfaceConfig;
@@ -31,8 +29,7 @@ struct Inner {
     max_bufs: usize,
     seg_size: usize,
     pending: PendingQueue,
-    worker: Worker,
-    progress_id: Cell<Option<CbId>>,
+    progress: ProgressRegistration,
 }
 
 impl Inner {
@@ -146,8 +143,7 @@ impl SelfIface {
                 max_bufs: cfg.max_bufs,
                 seg_size,
                 pending: PendingQueue::new(),
-                worker: worker.clone(),
-                progress_id: Cell::new(None),
+                progress: ProgressRegistration::new(worker),
             }),
         })
     }
@@ -155,9 +151,7 @@ impl SelfIface {
 
 impl Drop for SelfIface {
     fn drop(&mut self) {
-        if let Some(id) = self.inner.progress_id.take() {
-            self.inner.worker.progress_unregister(id);
-        }
+        self.inner.progress.disable();
         // Handlers and pending requests may hold endpoints, which hold the interface: drop them
         // so the interface is freed even if the user never dropped those endpoints.
         self.inner.am.clear();
@@ -175,18 +169,12 @@ impl Iface for SelfIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        if self.inner.progress_id.get().is_some() {
-            return;
-        }
-        let weak: Weak<Inner> = Rc::downgrade(&self.inner);
-        let id = self.inner.worker.progress_register(Box::new(move || weak.upgrade().map_or(0, |i| i.progress())));
-        self.inner.progress_id.set(Some(id));
+        let weak = Rc::downgrade(&self.inner);
+        self.inner.progress.enable(move || weak.upgrade().map_or(0, |i| i.progress()));
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
-        if let Some(id) = self.inner.progress_id.take() {
-            self.inner.worker.progress_unregister(id);
-        }
+        self.inner.progress.disable();
     }
 
     fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
