@@ -126,6 +126,143 @@ pub(crate) fn cswap32(a: &AtomicU32, compare: u32, swap: u32) -> u32 {
     }
 }
 
+/// The put/get short, get bcopy and CPU atomic operations of the shared-memory transports,
+/// written once. Expands inside `impl Ep for T`, where `T` has
+/// `fn sm_access<R>(&self, rkey, addr, len, f: impl FnOnce(LocalRegion, u64) -> UcsResult<R>) -> OpResult<R>`
+/// (ordering and failure checks, the key check, and a region valid while `f` runs: `f` gets the
+/// region and the offset of `addr` in it) and `fn sm_seg_size(&self) -> usize`.
+macro_rules! impl_sm_rma {
+    () => {
+        fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &uct::RemoteKey) -> ucs::OpResult {
+            // SAFETY: `sm_access` keeps the region valid while the closure runs; `write` checks bounds.
+            self.sm_access(rkey, remote_addr, data.len(), |r, off| unsafe { r.write(off, data) })
+        }
+
+        fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &uct::RemoteKey) -> ucs::OpResult {
+            let len = buffer.len();
+            // SAFETY: region valid (as above); `buffer` is an exclusive slice of `len` bytes.
+            self.sm_access(rkey, remote_addr, len, |r, off| unsafe { r.read(off, buffer.as_mut_ptr(), len) })
+        }
+
+        unsafe fn get_bcopy(
+            &self,
+            buffer: *mut u8,
+            length: usize,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+            _comp: Option<&std::rc::Rc<uct::Completion>>,
+        ) -> ucs::OpResult {
+            uct::check_length(length, self.sm_seg_size(), "get_bcopy")?;
+            // SAFETY: region valid (as above); the caller vouches for `buffer`.
+            self.sm_access(rkey, remote_addr, length, |r, off| unsafe { r.read(off, buffer, length) })
+        }
+
+        fn atomic32_post(
+            &self,
+            op: uct::AtomicOp,
+            value: u32,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+        ) -> ucs::OpResult {
+            if matches!(op, uct::AtomicOp::Swap | uct::AtomicOp::Cswap) {
+                return Err(ucs::Status::Unsupported);
+            }
+            self.sm_access(rkey, remote_addr, 4, |r, off| {
+                // SAFETY: region valid (as above); `atomic32` checks bounds and alignment.
+                unsafe { r.atomic32(off) }.map(|a| {
+                    $crate::sm::atomic_op32(a, op, value);
+                })
+            })
+        }
+
+        fn atomic64_post(
+            &self,
+            op: uct::AtomicOp,
+            value: u64,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+        ) -> ucs::OpResult {
+            if matches!(op, uct::AtomicOp::Swap | uct::AtomicOp::Cswap) {
+                return Err(ucs::Status::Unsupported);
+            }
+            self.sm_access(rkey, remote_addr, 8, |r, off| {
+                // SAFETY: region valid (as above); `atomic64` checks bounds and alignment.
+                unsafe { r.atomic64(off) }.map(|a| {
+                    $crate::sm::atomic_op64(a, op, value);
+                })
+            })
+        }
+
+        unsafe fn atomic32_fetch(
+            &self,
+            op: uct::AtomicOp,
+            value: u32,
+            result: *mut u32,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+            _comp: Option<&std::rc::Rc<uct::Completion>>,
+        ) -> ucs::OpResult {
+            if op == uct::AtomicOp::Cswap {
+                return Err(ucs::Status::Unsupported);
+            }
+            // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
+            self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
+                r.atomic32(off).map(|a| result.write($crate::sm::atomic_op32(a, op, value)))
+            })
+        }
+
+        unsafe fn atomic64_fetch(
+            &self,
+            op: uct::AtomicOp,
+            value: u64,
+            result: *mut u64,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+            _comp: Option<&std::rc::Rc<uct::Completion>>,
+        ) -> ucs::OpResult {
+            if op == uct::AtomicOp::Cswap {
+                return Err(ucs::Status::Unsupported);
+            }
+            // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
+            self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
+                r.atomic64(off).map(|a| result.write($crate::sm::atomic_op64(a, op, value)))
+            })
+        }
+
+        unsafe fn atomic_cswap32(
+            &self,
+            compare: u32,
+            swap: u32,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+            result: *mut u32,
+            _comp: Option<&std::rc::Rc<uct::Completion>>,
+        ) -> ucs::OpResult {
+            // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
+            self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
+                r.atomic32(off).map(|a| result.write($crate::sm::cswap32(a, compare, swap)))
+            })
+        }
+
+        unsafe fn atomic_cswap64(
+            &self,
+            compare: u64,
+            swap: u64,
+            remote_addr: u64,
+            rkey: &uct::RemoteKey,
+            result: *mut u64,
+            _comp: Option<&std::rc::Rc<uct::Completion>>,
+        ) -> ucs::OpResult {
+            // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
+            self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
+                r.atomic64(off).map(|a| result.write($crate::sm::cswap64(a, compare, swap)))
+            })
+        }
+    };
+}
+
+pub(crate) use impl_sm_rma;
+
 #[cfg(test)]
 mod tests {
     use super::*;

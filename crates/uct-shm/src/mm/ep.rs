@@ -6,15 +6,13 @@ use std::rc::Rc;
 
 use ucs::arbiter::GroupId;
 use ucs::{OpResult, Outcome, Status, UcsResult};
-use uct::{
-    check_am_id, check_length, AtomicOp, Completion, Ep, FlushFlags, PackFn, PendingHandle, RemoteKey, SendFlags,
-};
+use uct::{check_am_id, check_length, Completion, Ep, FlushFlags, PackFn, PendingHandle, RemoteKey, SendFlags};
 
 use super::fifo::{FifoLayout, Producer};
 use super::iface::{Inner, IFACE_ADDR_LEN};
 use super::md::MmComponent;
 use super::segment::{SegId, Segment};
-use crate::sm::{atomic_op32, atomic_op64, cswap32, cswap64, LocalRegion};
+use crate::sm::LocalRegion;
 
 /// A peer interface, as its address describes it (validated).
 pub(crate) struct RemoteIface {
@@ -143,6 +141,28 @@ impl MmEp {
         Ok((LocalRegion { base: base.as_ptr(), len }, off))
     }
 
+    /// The shared-memory RMA hook (see `sm::impl_sm_rma`): the key's mapping stays valid
+    /// while the key lives.
+    #[inline]
+    fn sm_access<R>(
+        &self,
+        rkey: &RemoteKey,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(LocalRegion, u64) -> UcsResult<R>,
+    ) -> OpResult<R> {
+        self.check_failed()?;
+        if !self.iface.pending.may_send(self.group) {
+            return Ok(Outcome::NoResource);
+        }
+        let (r, off) = self.region(rkey, addr, len)?;
+        f(r, off).map(Outcome::Done)
+    }
+
+    fn sm_seg_size(&self) -> usize {
+        self.iface.cfg.seg_size
+    }
+
     fn send_inline(&self, id: u8, total: usize, fill: impl FnOnce(*mut u8)) -> OpResult {
         check_am_id(id)?;
         check_length(total, self.max_short, "am_short")?;
@@ -178,6 +198,8 @@ macro_rules! ordered {
 }
 
 impl Ep for MmEp {
+    crate::sm::impl_sm_rma!();
+
     #[inline]
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
         self.send_inline(id, 8 + payload.len(), |dst| {
@@ -233,14 +255,6 @@ impl Ep for MmEp {
         Ok(Outcome::Done(len))
     }
 
-    fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        let (r, off) = self.region(rkey, remote_addr, data.len())?;
-        // SAFETY: the key's segment stays mapped while `rkey` lives; `write` bounds-checks.
-        unsafe { r.write(off, data)? };
-        Ok(Outcome::Done(()))
-    }
-
     fn put_bcopy(&self, pack: PackFn<'_>, remote_addr: u64, rkey: &RemoteKey) -> OpResult<usize> {
         ordered!(self);
         let seg_size = self.iface.cfg.seg_size;
@@ -266,122 +280,6 @@ impl Ep for MmEp {
         self.iface.bounce.set(Some(bounce));
         r2?;
         Ok(Outcome::Done(len))
-    }
-
-    fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        let (r, off) = self.region(rkey, remote_addr, buffer.len())?;
-        // SAFETY: mapping alive; `read` bounds-checks; `buffer` is ours.
-        unsafe { r.read(off, buffer.as_mut_ptr(), buffer.len())? };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn get_bcopy(
-        &self,
-        buffer: *mut u8,
-        length: usize,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        check_length(length, self.iface.cfg.seg_size, "get_bcopy")?;
-        let (r, off) = self.region(rkey, remote_addr, length)?;
-        // SAFETY: mapping alive; `read` bounds-checks; the caller vouches for `buffer`.
-        unsafe { r.read(off, buffer, length)? };
-        Ok(Outcome::Done(()))
-    }
-
-    fn atomic32_post(&self, op: AtomicOp, value: u32, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        if op == AtomicOp::Swap || op == AtomicOp::Cswap {
-            return Err(Status::Unsupported);
-        }
-        let (r, off) = self.region(rkey, remote_addr, 4)?;
-        // SAFETY: mapping alive; bounds and alignment checked by `atomic32`.
-        atomic_op32(unsafe { r.atomic32(off)? }, op, value);
-        Ok(Outcome::Done(()))
-    }
-
-    fn atomic64_post(&self, op: AtomicOp, value: u64, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        if op == AtomicOp::Swap || op == AtomicOp::Cswap {
-            return Err(Status::Unsupported);
-        }
-        let (r, off) = self.region(rkey, remote_addr, 8)?;
-        // SAFETY: mapping alive; bounds and alignment checked by `atomic64`.
-        atomic_op64(unsafe { r.atomic64(off)? }, op, value);
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic32_fetch(
-        &self,
-        op: AtomicOp,
-        value: u32,
-        result: *mut u32,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        if op == AtomicOp::Cswap {
-            return Err(Status::Unsupported);
-        }
-        let (r, off) = self.region(rkey, remote_addr, 4)?;
-        // SAFETY: mapping alive; checked by `atomic32`; the caller vouches for `result`.
-        unsafe { result.write(atomic_op32(r.atomic32(off)?, op, value)) };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic64_fetch(
-        &self,
-        op: AtomicOp,
-        value: u64,
-        result: *mut u64,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        if op == AtomicOp::Cswap {
-            return Err(Status::Unsupported);
-        }
-        let (r, off) = self.region(rkey, remote_addr, 8)?;
-        // SAFETY: mapping alive; checked by `atomic64`; the caller vouches for `result`.
-        unsafe { result.write(atomic_op64(r.atomic64(off)?, op, value)) };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic_cswap32(
-        &self,
-        compare: u32,
-        swap: u32,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        result: *mut u32,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        let (r, off) = self.region(rkey, remote_addr, 4)?;
-        // SAFETY: mapping alive; checked by `atomic32`; the caller vouches for `result`.
-        unsafe { result.write(cswap32(r.atomic32(off)?, compare, swap)) };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic_cswap64(
-        &self,
-        compare: u64,
-        swap: u64,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        result: *mut u64,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        let (r, off) = self.region(rkey, remote_addr, 8)?;
-        // SAFETY: mapping alive; checked by `atomic64`; the caller vouches for `result`.
-        unsafe { result.write(cswap64(r.atomic64(off)?, compare, swap)) };
-        Ok(Outcome::Done(()))
     }
 
     fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {

@@ -12,14 +12,13 @@ use ucs::arbiter::GroupId;
 use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOp, AtomicOps, BandwidthModel, Completion,
-    Ep, EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
+    check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep,
+    EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
     PendingHandle, PendingQueue, ProgressFlags, ProgressRegistration, RemoteKey, Resources, SendFlags, Worker,
 };
 
 use super::config::SelfIfaceConfig;
 use super::md::{with_region, NAME};
-use crate::sm::{atomic_op32, atomic_op64, cswap32, cswap64};
 
 struct Inner {
     id: u64,
@@ -234,6 +233,26 @@ impl SelfEp {
         rkey.check(NAME, remote_addr, len)
     }
 
+    /// The shared-memory RMA hook (see `sm::impl_sm_rma`): runs `f` on the live registration.
+    #[inline]
+    fn sm_access<R>(
+        &self,
+        rkey: &RemoteKey,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(crate::sm::LocalRegion, u64) -> UcsResult<R>,
+    ) -> OpResult<R> {
+        if !self.may_send() {
+            return Ok(Outcome::NoResource);
+        }
+        let off = self.check_rkey(rkey, addr, len)?;
+        with_region(rkey, |r| f(r, off)).map(Outcome::Done)
+    }
+
+    fn sm_seg_size(&self) -> usize {
+        self.iface.seg_size
+    }
+
     /// False when the operation must return `NoResource` to keep per-endpoint order.
     #[inline]
     fn may_send(&self) -> bool {
@@ -250,6 +269,8 @@ macro_rules! ordered {
 }
 
 impl Ep for SelfEp {
+    crate::sm::impl_sm_rma!();
+
     #[inline]
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
         ordered!(self);
@@ -292,14 +313,6 @@ impl Ep for SelfEp {
         Ok(Outcome::Done(len))
     }
 
-    fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        let off = self.check_rkey(rkey, remote_addr, data.len())?;
-        // SAFETY: `with_region` holds the registration (valid memory, per `mem_reg`'s contract).
-        with_region(rkey, |r| unsafe { r.write(off, data) })?;
-        Ok(Outcome::Done(()))
-    }
-
     fn put_bcopy(&self, pack: PackFn<'_>, remote_addr: u64, rkey: &RemoteKey) -> OpResult<usize> {
         ordered!(self);
         // Pack into our own buffer first: user code never runs while the registration is held,
@@ -312,130 +325,6 @@ impl Ep for SelfEp {
         // SAFETY: `with_region` holds the live registration (valid memory per `mem_reg`).
         with_region(rkey, |r| unsafe { r.write(off, &buf.as_slice()[..len]) })?;
         Ok(Outcome::Done(len))
-    }
-
-    fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        let off = self.check_rkey(rkey, remote_addr, buffer.len())?;
-        // SAFETY: registration held; `buffer` is a live exclusive slice of the right length.
-        with_region(rkey, |r| unsafe { r.read(off, buffer.as_mut_ptr(), buffer.len()) })?;
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn get_bcopy(
-        &self,
-        buffer: *mut u8,
-        length: usize,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        check_length(length, self.iface.seg_size, "get_bcopy")?;
-        let off = self.check_rkey(rkey, remote_addr, length)?;
-        // SAFETY: registration held; the caller guarantees `buffer` for `length` bytes.
-        with_region(rkey, |r| unsafe { r.read(off, buffer, length) })?;
-        Ok(Outcome::Done(()))
-    }
-
-    fn atomic32_post(&self, op: AtomicOp, value: u32, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        if !self.iface.attr.atomic32.op_flags.has(op) {
-            return Err(Status::Unsupported);
-        }
-        let off = self.check_rkey(rkey, remote_addr, 4)?;
-        // SAFETY: registration held; registered words are accessed atomically by contract.
-        with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| atomic_op32(a, op, value)))?;
-        Ok(Outcome::Done(()))
-    }
-
-    fn atomic64_post(&self, op: AtomicOp, value: u64, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        ordered!(self);
-        if !self.iface.attr.atomic64.op_flags.has(op) {
-            return Err(Status::Unsupported);
-        }
-        let off = self.check_rkey(rkey, remote_addr, 8)?;
-        // SAFETY: registration held; registered words are accessed atomically by contract.
-        with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| atomic_op64(a, op, value)))?;
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic32_fetch(
-        &self,
-        op: AtomicOp,
-        value: u32,
-        result: *mut u32,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        if op == AtomicOp::Cswap || !self.iface.attr.atomic32.fop_flags.has(op) {
-            return Err(Status::Unsupported);
-        }
-        let off = self.check_rkey(rkey, remote_addr, 4)?;
-        // SAFETY: registration held; registered words are accessed atomically by contract.
-        let old = with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| atomic_op32(a, op, value)))?;
-        // SAFETY: the caller guarantees `result` is valid for a write.
-        unsafe { result.write(old) };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic64_fetch(
-        &self,
-        op: AtomicOp,
-        value: u64,
-        result: *mut u64,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        if op == AtomicOp::Cswap || !self.iface.attr.atomic64.fop_flags.has(op) {
-            return Err(Status::Unsupported);
-        }
-        let off = self.check_rkey(rkey, remote_addr, 8)?;
-        // SAFETY: registration held; registered words are accessed atomically by contract.
-        let old = with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| atomic_op64(a, op, value)))?;
-        // SAFETY: the caller guarantees `result` is valid for a write.
-        unsafe { result.write(old) };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic_cswap32(
-        &self,
-        compare: u32,
-        swap: u32,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        result: *mut u32,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        let off = self.check_rkey(rkey, remote_addr, 4)?;
-        // SAFETY: registration held; registered words are accessed atomically by contract.
-        let old = with_region(rkey, |r| unsafe { r.atomic32(off) }.map(|a| cswap32(a, compare, swap)))?;
-        // SAFETY: the caller guarantees `result` is valid for a write.
-        unsafe { result.write(old) };
-        Ok(Outcome::Done(()))
-    }
-
-    unsafe fn atomic_cswap64(
-        &self,
-        compare: u64,
-        swap: u64,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        result: *mut u64,
-        _comp: Option<&Rc<Completion>>,
-    ) -> OpResult {
-        ordered!(self);
-        let off = self.check_rkey(rkey, remote_addr, 8)?;
-        // SAFETY: registration held; registered words are accessed atomically by contract.
-        let old = with_region(rkey, |r| unsafe { r.atomic64(off) }.map(|a| cswap64(a, compare, swap)))?;
-        // SAFETY: the caller guarantees `result` is valid for a write.
-        unsafe { result.write(old) };
-        Ok(Outcome::Done(()))
     }
 
     fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
