@@ -418,15 +418,16 @@ impl Ctx {
     }
 
     /// Waits until the peer's message `sn` is visible. When that means polling a memory word the
-    /// peer's put or atomic targets (not an AM, which progress delivers), relax between reads so
-    /// the peer's store is not delayed by the line being pulled back too often.
+    /// peer's put or atomic targets (not an AM, which progress delivers), space the reads out
+    /// (a second progress call) so the peer's store is not delayed by the line being pulled back
+    /// too often; measured slightly better than a `PAUSE` on this machine.
     #[inline(always)]
     fn wait_sn(&self, sn: u8) {
         let polls_memory = self.spec.cmd != Cmd::Am;
         while self.recv_sn(true) != sn {
             self.progress_responder();
             if polls_memory {
-                std::hint::spin_loop();
+                self.progress_responder();
             }
         }
     }
