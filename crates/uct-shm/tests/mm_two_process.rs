@@ -146,6 +146,21 @@ fn peer_entry() {
             std::io::stdout().flush().unwrap();
             let _ = read_tagged(&mut input, "BYE");
         }
+        // Streams to the address read from stdin until killed.
+        "endless-sender" => {
+            let addr = read_tagged(&mut input, "ADDR ");
+            let (dev, ifa) = addr.split_once(' ').unwrap();
+            let ep = iface.ep_create(&EpParams::to_iface(&unhex(dev), &unhex(ifa))).unwrap();
+            let start = Instant::now();
+            let mut seq = 0u64;
+            while start.elapsed() < TIMEOUT {
+                if ep.am_short(1, seq, &[0u8; 32]) == Ok(Outcome::Done(())) {
+                    seq += 1;
+                } else {
+                    worker.progress();
+                }
+            }
+        }
         other => panic!("unknown peer role {other}"),
     }
 }
@@ -342,6 +357,56 @@ fn posix_rma_into_peer() {
 fn sysv_rma_into_peer() {
     if std::env::var("UCX_RS_TEST_PEER").is_err() {
         rma_into_peer("sysv");
+    }
+}
+
+/// A sender killed mid-stream: the receiver survives, keeps progressing, and keeps working with
+/// other peers.
+fn sender_killed(tl: &str) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let worker = Worker::default();
+    let rx = open(tl, &worker);
+    let got = Rc::new(Cell::new(0u64));
+    let g2 = got.clone();
+    rx.set_am_handler(1, Some(Rc::new(move |_m: AmRecv<'_>| g2.set(g2.get() + 1)))).unwrap();
+    let mut child = spawn_peer("endless-sender", tl);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "ADDR {} {}", hex(&rx.device_address()), hex(&rx.iface_address())).unwrap();
+    let start = Instant::now();
+    while got.get() < 10_000 {
+        worker.progress();
+        assert!(start.elapsed() < TIMEOUT, "{tl}: the sender never got going");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for _ in 0..100_000 {
+        worker.progress();
+    }
+    // Still usable: another interface of ours reaches a fresh receiver, and we can send.
+    let other = open(tl, &worker);
+    let hits = Rc::new(Cell::new(0u32));
+    let h2 = hits.clone();
+    other.set_am_handler(2, Some(Rc::new(move |_m: AmRecv<'_>| h2.set(h2.get() + 1)))).unwrap();
+    let ep = rx.ep_create(&EpParams::to_iface(&other.device_address(), &other.iface_address())).unwrap();
+    assert_eq!(ep.am_short(2, 0, b"alive"), Ok(Outcome::Done(())));
+    let start = Instant::now();
+    while hits.get() == 0 {
+        worker.progress();
+        assert!(start.elapsed() < TIMEOUT, "{tl}: the survivor cannot talk to a new peer");
+    }
+}
+
+#[test]
+fn posix_sender_killed_midstream() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        sender_killed("posix");
+    }
+}
+
+#[test]
+fn sysv_sender_killed_midstream() {
+    if std::env::var("UCX_RS_TEST_PEER").is_err() {
+        sender_killed("sysv");
     }
 }
 
