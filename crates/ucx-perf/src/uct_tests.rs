@@ -85,6 +85,8 @@ pub struct UctTestSpec {
 }
 
 const AM_ID: u8 = 1;
+/// Warm-up ends early once both sides have spent this long in it.
+const WARMUP_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 const PROGRESS_EVERY: u32 = 16;
 
 /// Out-of-band exchange with the peer (the TCP bootstrap, or loopback).
@@ -558,9 +560,31 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
             ctx.worker.progress();
         })
     };
-    for (iters, measured) in [(spec.warmup, false), (spec.iters, true)] {
+    // Warm-up as the reference runs it: rounds of 1, 2, 4, ... iterations until `warmup` are
+    // done, ending early once both sides have spent WARMUP_TIME in it; then the measured run.
+    let mut runs: Vec<(u64, bool)> = Vec::new();
+    let mut planned = 0u64;
+    let mut round = 1u64;
+    while planned < spec.warmup {
+        let n = round.min(spec.warmup - planned);
+        runs.push((n, false));
+        planned += n;
+        round = round.saturating_mul(2);
+    }
+    runs.push((spec.iters, true));
+    let warm_start = std::time::Instant::now();
+    for (iters, measured) in runs {
         if iters == 0 {
             continue;
+        }
+        if !measured && warm_start.elapsed() >= WARMUP_TIME {
+            // Both sides must agree to skip the rest of the warm-up.
+            let theirs = oob.exchange(&[1])?;
+            if theirs.first() == Some(&1) {
+                continue;
+            }
+        } else if !measured {
+            oob.exchange(&[0])?;
         }
         // Every run starts from zeroed buffers and sequence numbers on both sides.
         // SAFETY: both buffers are ours and at least `len` bytes.
