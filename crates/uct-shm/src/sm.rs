@@ -84,6 +84,14 @@ impl LocalRegion {
     }
 }
 
+/// An interface id unique within this process (and unlikely to repeat across processes or
+/// runs): names `self` interfaces and the wakeup sockets of `mm` interfaces.
+pub(crate) fn unique_iface_id() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    ((std::process::id() as u64) << 32) ^ n ^ ucs::time::now().rotate_left(17)
+}
+
 /// Applies `op` to a 64-bit word, returning the old value.
 #[inline]
 pub(crate) fn atomic_op64(a: &AtomicU64, op: AtomicOp, value: u64) -> u64 {

@@ -244,8 +244,7 @@ impl Iface for CmaIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        let weak = Rc::downgrade(&self.inner);
-        self.inner.progress.enable(move || weak.upgrade().map_or(0, |i| i.progress()));
+        self.inner.progress.enable_for(&self.inner, Inner::progress);
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {

@@ -93,7 +93,6 @@ pub(crate) struct Inner {
     signal_rx: SignalSocket,
     rx: RefCell<Rx>,
     descs: Rc<MemPool>,
-    desc_base: usize,
     seg: Rc<Segment>,
     progress: ProgressRegistration,
 }
@@ -171,12 +170,6 @@ pub struct MmIface {
     pub(crate) inner: Rc<Inner>,
 }
 
-fn next_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(1);
-    N.fetch_add(1, Ordering::Relaxed) ^ ucs::time::now().rotate_left(20)
-}
-
 impl MmIface {
     pub(crate) fn open(comp: &'static MmComponent, worker: &Worker, params: &IfaceParams) -> UcsResult<Self> {
         let cfg = MmIfaceConfig::read(comp.prefix, None, &params.config)?;
@@ -204,7 +197,7 @@ impl MmIface {
         let base = seg.base().as_ptr() as usize;
         fifo.init(std::process::id(), |i| lent[i as usize].as_ref().map_or(0, |b| (b.as_ptr() as usize - base) as u32));
         let consumer = Consumer::new(fifo, cfg.release_batch)?;
-        let id = next_id();
+        let id = crate::sm::unique_iface_id();
         let max_inline = cfg.layout.max_inline();
         let cpu = AtomicOps::ADD | AtomicOps::AND | AtomicOps::OR | AtomicOps::XOR;
         let atomics = AtomicCaps { op_flags: cpu, fop_flags: cpu | AtomicOps::SWAP | AtomicOps::CSWAP };
@@ -268,7 +261,6 @@ impl MmIface {
                 bounce: Cell::new(None),
                 signal_rx: SignalSocket::bind(id)?,
                 rx: RefCell::new(Rx { consumer, lent }),
-                desc_base: fifo_len,
                 descs,
                 seg,
                 progress: ProgressRegistration::new(worker),
@@ -283,7 +275,6 @@ impl Drop for MmIface {
         self.inner.progress.disable();
         self.inner.am.clear();
         self.inner.pending.clear();
-        let _ = self.inner.desc_base;
     }
 }
 
@@ -297,8 +288,7 @@ impl Iface for MmIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        let weak = Rc::downgrade(&self.inner);
-        self.inner.progress.enable(move || weak.upgrade().map_or(0, |i| i.progress()));
+        self.inner.progress.enable_for(&self.inner, Inner::progress);
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {

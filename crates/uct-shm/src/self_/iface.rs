@@ -6,7 +6,6 @@
 //! requests are then served from progress, round robin over endpoints.
 
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ucs::arbiter::GroupId;
 use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, PoolBuf};
@@ -56,12 +55,6 @@ impl Inner {
         }
         self.pending.dispatch(|_| if self.has_resources() { Resources::Available } else { Resources::IfaceExhausted })
     }
-}
-
-fn next_iface_id() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(1);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    ((std::process::id() as u64) << 32) ^ n ^ ucs::time::now().rotate_left(17)
 }
 
 /// The `self` interface.
@@ -135,7 +128,7 @@ impl SelfIface {
         };
         Ok(SelfIface {
             inner: Rc::new(Inner {
-                id: next_iface_id(),
+                id: crate::sm::unique_iface_id(),
                 attr,
                 am: AmTable::new(),
                 pool,
@@ -168,8 +161,7 @@ impl Iface for SelfIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        let weak = Rc::downgrade(&self.inner);
-        self.inner.progress.enable(move || weak.upgrade().map_or(0, |i| i.progress()));
+        self.inner.progress.enable_for(&self.inner, Inner::progress);
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
