@@ -80,7 +80,7 @@ impl ProgressRegistration {
 
     /// Registers `progress(&target)` for an interface's shared state, holding it weakly (the
     /// worker must not keep the interface alive); once the interface is gone it reports 0.
-    pub fn enable_for<T: 'static>(&self, target: &Rc<T>, progress: fn(&T) -> usize) {
+    pub fn enable_for<T: 'static>(&self, target: &Rc<T>, progress: impl Fn(&T) -> usize + 'static) {
         let weak = Rc::downgrade(target);
         self.enable(move || weak.upgrade().map_or(0, |t| progress(&t)));
     }
