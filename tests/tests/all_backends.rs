@@ -1,9 +1,47 @@
-//! Runs the whole uct conformance kit against every resource discovery finds.
+//! Runs the whole uct conformance kit against every resource discovery finds: in one process, and
+//! for every transport that reaches other processes, across two processes (this test binary
+//! re-runs itself as the kit's agent). The tests busy-poll, so they take turns.
 
-use uct::conformance::{run_all, Verdict};
+use std::sync::Mutex;
+
+use uct::conformance::{self as kit, run_all, AgentCommand, Verdict};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The receiving side when the kit runs across processes; does nothing in a normal run.
+#[test]
+fn kit_agent() {
+    if kit::agent_requested() {
+        tests::register_all_transports();
+        kit::serve_agent();
+    }
+}
+
+fn check_all(name: &str, opts: &kit::Options) -> Vec<(&'static str, Verdict)> {
+    let results = run_all(opts);
+    let mut passed = 0;
+    for (check, verdict) in &results {
+        match verdict {
+            Verdict::Passed => passed += 1,
+            Verdict::Skipped(why) => {
+                // Skips are only for capabilities the transport (or the set-up) does not have.
+                assert!(why.starts_with("no "), "{name}: {check} skipped for a reason other than a capability: {why}");
+                eprintln!("{name}: {check} skipped: {why}");
+            }
+        }
+    }
+    eprintln!("{name}: {passed}/{} checks passed", results.len());
+    // Every skip named a missing capability (asserted above); at least one check must apply.
+    assert!(passed > 0, "{name}: no check applicable");
+    results
+}
 
 #[test]
 fn conformance_on_every_discovered_resource() {
+    if kit::agent_requested() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     tests::register_all_transports();
     let resources = uct::query_resources();
     assert!(resources.iter().any(|r| r.tl.full_name() == "self/memory0"), "self/memory0 must always be found");
@@ -12,25 +50,33 @@ fn conformance_on_every_discovered_resource() {
     }
     for r in resources {
         let name = r.tl.full_name();
-        let results = run_all(&tests::options_for(&name));
-        let mut passed = 0;
-        for (check, verdict) in &results {
-            match verdict {
-                Verdict::Passed => passed += 1,
-                Verdict::Skipped(why) => {
-                    // Skips are only for capabilities the transport does not advertise.
-                    assert!(
-                        why.starts_with("no "),
-                        "{name}: {check} skipped for a reason other than a capability: {why}"
-                    );
-                    eprintln!("{name}: {check} skipped: {why}");
-                }
-            }
-        }
-        eprintln!("{name}: {passed}/{} checks passed", results.len());
-        // Every skip named a missing capability (asserted above); at least one check must apply.
-        assert!(passed > 0, "{name}: no check applicable");
+        check_all(&name, &tests::options_for(&name));
     }
+}
+
+#[test]
+fn conformance_across_processes_on_every_discovered_resource() {
+    if kit::agent_requested() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    tests::register_all_transports();
+    let mut ran = 0;
+    for r in uct::query_resources() {
+        let name = r.tl.full_name();
+        if r.tl.dev_type == uct::DeviceType::SelfDev {
+            eprintln!("{name}: loopback only, not run across processes");
+            continue;
+        }
+        let opts = tests::options_for(&name).across_processes(AgentCommand::this_test("kit_agent"));
+        let results = check_all(&format!("{name} (two processes)"), &opts);
+        assert!(
+            results.iter().any(|(c, v)| *c == "peer_failure" && *v == Verdict::Passed),
+            "{name}: a killed peer must be noticed across processes"
+        );
+        ran += 1;
+    }
+    assert!(ran > 0, "shared memory (posix, sysv) must be found on every Linux machine");
 }
 
 #[test]

@@ -1,23 +1,56 @@
-//! The uct conformance kit against `cma` (zero-copy put/get only), in one process.
+//! The uct conformance kit against `cma` (zero-copy put/get only), in one process and across two
+//! processes (this test binary re-runs itself as the kit's agent, which owns the target memory).
 
-use uct::conformance::{self as kit, Options, Verdict};
+use std::sync::Mutex;
 
+use uct::conformance::{self as kit, AgentCommand, Options, Verdict};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The receiving side when the kit runs across processes; does nothing in a normal run.
 #[test]
-fn cma_conformance() {
+fn kit_agent() {
+    if kit::agent_requested() {
+        uct_shm::register();
+        kit::serve_agent();
+    }
+}
+
+fn run(opts: Options) {
+    if kit::agent_requested() {
+        return;
+    }
     uct_shm::register();
     if let Some((_, why)) = uct::unavailable_components().into_iter().find(|(n, _)| *n == "cma") {
         eprintln!("cma unavailable here: {why}");
         return;
     }
-    let results = kit::run_all(&Options::new("cma/memory"));
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let remote = opts.agent.is_some();
+    let results = kit::run_all(&opts);
     let mut passed = Vec::new();
     for (name, v) in &results {
+        eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
         match v {
             Verdict::Passed => passed.push(*name),
             Verdict::Skipped(why) => assert!(why.starts_with("no "), "cma: {name} skipped: {why}"),
         }
     }
-    for must in ["put_get", "flush", "ep_check", "rkey_unpack_garbage"] {
-        assert!(passed.contains(&must), "cma: {must} must run and pass (passed: {passed:?})");
+    let mut must = vec!["put_get", "flush", "ep_check", "rkey_unpack_garbage"];
+    if remote {
+        must.push("peer_failure");
     }
+    for m in must {
+        assert!(passed.contains(&m), "cma: {m} must run and pass (passed: {passed:?})");
+    }
+}
+
+#[test]
+fn cma_conformance() {
+    run(Options::new("cma/memory"));
+}
+
+#[test]
+fn cma_conformance_across_processes() {
+    run(Options::new("cma/memory").across_processes(AgentCommand::this_test("kit_agent")));
 }

@@ -5,33 +5,35 @@ use std::rc::Rc;
 
 use ucs::{Outcome, Status};
 
+use super::peer::Listen;
 use super::setup::{pattern, Options, Pair};
 use super::Verdict;
-use crate::{AmDesc, AmRecv, Ep, IfaceFlags, Iov, MemAccess, PendingOutcome, PendingReq, SendFlags, AM_ID_MAX};
+use crate::{AmRecv, Ep, IfaceFlags, Iov, MemAccess, PendingOutcome, PendingReq, SendFlags, AM_ID_MAX};
 use std::rc::Weak;
 
 const AM_ID: u8 = 5;
 
-type Inbox = Rc<RefCell<Vec<Vec<u8>>>>;
-
-fn collecting_handler(pair: &Pair, id: u8) -> Inbox {
-    let inbox: Inbox = Rc::default();
-    let i2 = inbox.clone();
-    pair.receiver
-        .set_am_handler(id, Some(Rc::new(move |m: AmRecv<'_>| i2.borrow_mut().push(m.data().to_vec()))))
-        .unwrap();
-    inbox
+/// Makes the receiver collect the messages of `id`; returns `id`.
+fn collecting_handler(pair: &Pair, id: u8) -> u8 {
+    pair.rx.listen(id, Listen::default()).unwrap_or_else(|e| panic!("receiver: set_am_handler({id}): {e}"));
+    id
 }
 
 fn open(opts: &Options, scarce: bool, n: usize) -> Pair {
     Pair::open(opts, scarce, n).unwrap_or_else(|e| panic!("{}: cannot open a connected pair: {e}", opts.resource))
 }
 
-fn expect_one(pair: &Pair, inbox: &Inbox, what: &str) -> Vec<u8> {
-    pair.wait(what, || !inbox.borrow().is_empty());
-    let mut v = inbox.borrow_mut();
-    assert_eq!(v.len(), 1, "{what}: expected exactly one message, got {}", v.len());
-    v.pop().unwrap_or_default()
+fn expect_one(pair: &Pair, id: u8, what: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    pair.wait(what, || {
+        got.extend(pair.rx.take(id));
+        !got.is_empty()
+    });
+    // Anything else that was on its way must not be there either.
+    pair.worker.progress();
+    got.extend(pair.rx.take(id));
+    assert_eq!(got.len(), 1, "{what}: expected exactly one message, got {}", got.len());
+    got.pop().unwrap_or_default()
 }
 
 /// Active messages at sizes 0, 1 and the largest short/bcopy size arrive intact; one byte over
@@ -51,7 +53,7 @@ pub fn am_sizes(opts: &Options) -> Verdict {
             let payload = pattern(i as u64, len);
             let r = pair.retry("am_short", || ep.am_short(AM_ID, header, &payload));
             assert_eq!(r, Ok(Outcome::Done(())), "am_short of {len} payload bytes");
-            let got = expect_one(&pair, &inbox, "am_short delivery");
+            let got = expect_one(&pair, inbox, "am_short delivery");
             assert_eq!(got.len(), len + 8, "am_short length");
             assert_eq!(got[..8], header.to_ne_bytes(), "am_short header");
             assert_eq!(got[8..], payload[..], "am_short payload of {len} bytes");
@@ -64,7 +66,7 @@ pub fn am_sizes(opts: &Options) -> Verdict {
         let parts: [&[u8]; 3] = [b"head", b"", b"-tail"];
         let r = pair.retry("am_short to id 31", || ep.am_short(AM_ID_MAX - 1, 31, b"x"));
         assert_eq!(r, Ok(Outcome::Done(())), "am_short to the last valid id");
-        assert_eq!(expect_one(&pair, &inbox31, "id 31 delivery")[8..], *b"x");
+        assert_eq!(expect_one(&pair, inbox31, "id 31 delivery")[8..], *b"x");
         match ep.am_short_iov(AM_ID, &parts) {
             Err(Status::Unsupported) => {}
             r => {
@@ -74,7 +76,7 @@ pub fn am_sizes(opts: &Options) -> Verdict {
                     r
                 };
                 assert_eq!(r, Ok(Outcome::Done(())), "am_short_iov");
-                assert_eq!(expect_one(&pair, &inbox, "am_short_iov delivery"), b"head-tail");
+                assert_eq!(expect_one(&pair, inbox, "am_short_iov delivery"), b"head-tail");
             }
         }
         let big = vec![0u8; attr.am.max_short];
@@ -84,7 +86,7 @@ pub fn am_sizes(opts: &Options) -> Verdict {
             "am_short_iov over max_short"
         );
         pair.worker.progress();
-        assert!(inbox.borrow().is_empty(), "a rejected am_short was delivered");
+        assert!(pair.rx.take(inbox).is_empty(), "a rejected am_short was delivered");
     }
     if attr.flags.contains(IfaceFlags::AM_BCOPY) {
         for (i, len) in [0usize, 1, attr.am.max_bcopy].into_iter().enumerate() {
@@ -101,13 +103,13 @@ pub fn am_sizes(opts: &Options) -> Verdict {
                 )
             });
             assert_eq!(r, Ok(Outcome::Done(len)), "am_bcopy of {len} bytes");
-            let got = expect_one(&pair, &inbox, "am_bcopy delivery");
+            let got = expect_one(&pair, inbox, "am_bcopy delivery");
             assert_eq!(got, data, "am_bcopy payload of {len} bytes");
         }
         let r = ep.am_bcopy(AM_ID, &mut |buf: &mut [u8]| buf.len() + 1, SendFlags::empty());
         assert_eq!(r, Err(Status::InvalidParam), "am_bcopy packing more than its buffer");
         pair.worker.progress();
-        assert!(inbox.borrow().is_empty(), "a rejected am_bcopy was delivered");
+        assert!(pair.rx.take(inbox).is_empty(), "a rejected am_bcopy was delivered");
     }
     Verdict::Passed
 }
@@ -117,8 +119,9 @@ pub fn am_invalid(opts: &Options) -> Verdict {
     let pair = open(opts, false, 1);
     let attr = pair.sender().attr().clone();
     let ep = &pair.eps[0];
-    assert_eq!(pair.receiver.set_am_handler(32, None), Err(Status::InvalidParam), "set_am_handler(32)");
-    assert_eq!(pair.receiver.set_am_handler(255, None), Err(Status::InvalidParam), "set_am_handler(255)");
+    assert_eq!(pair.rx.unlisten(32), Err(Status::InvalidParam), "set_am_handler(32)");
+    assert_eq!(pair.rx.unlisten(255), Err(Status::InvalidParam), "set_am_handler(255)");
+    assert_eq!(pair.sender.set_am_handler(32, None), Err(Status::InvalidParam), "set_am_handler(32)");
     let mut ran = false;
     if attr.flags.contains(IfaceFlags::AM_SHORT) {
         for id in [32u8, 200, 255] {
@@ -146,22 +149,7 @@ pub fn am_keep_desc(opts: &Options) -> Verdict {
     if !attr.flags.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
         return Verdict::Skipped("no AM_SHORT/AM_BCOPY".into());
     }
-    let kept: Rc<RefCell<Vec<AmDesc>>> = Rc::default();
-    let keep_count = Rc::new(Cell::new(8usize));
-    let seen = Rc::new(Cell::new(0usize));
-    let (k2, c2, s2) = (kept.clone(), keep_count.clone(), seen.clone());
-    pair.receiver
-        .set_am_handler(
-            AM_ID,
-            Some(Rc::new(move |m: AmRecv<'_>| {
-                s2.set(s2.get() + 1);
-                if c2.get() > 0 {
-                    c2.set(c2.get() - 1);
-                    k2.borrow_mut().push(m.keep());
-                }
-            })),
-        )
-        .unwrap();
+    pair.rx.listen(AM_ID, Listen { keep_first: 8, reply: None }).unwrap();
     let ep = &pair.eps[0];
     let len = if attr.flags.contains(IfaceFlags::AM_BCOPY) { attr.am.max_bcopy.min(256) } else { 0 };
     let send = |seq: u64| {
@@ -187,8 +175,8 @@ pub fn am_keep_desc(opts: &Options) -> Verdict {
     for seq in 0..64u64 {
         send(seq);
     }
-    pair.wait("64 messages", || seen.get() == 64);
-    let check = |kept: &[AmDesc]| {
+    pair.wait("64 messages", || pair.rx.count(AM_ID) == 64);
+    let check = |kept: &[Vec<u8>]| {
         for (seq, d) in kept.iter().enumerate() {
             assert_eq!(d[..8], (seq as u64).to_ne_bytes(), "kept descriptor {seq} was overwritten");
             if len > 8 {
@@ -196,18 +184,23 @@ pub fn am_keep_desc(opts: &Options) -> Verdict {
             }
         }
     };
-    assert_eq!(kept.borrow().len(), 8);
-    check(&kept.borrow());
-    kept.borrow_mut().truncate(4); // release half
+    let kept = pair.rx.kept();
+    assert_eq!(kept.len(), 8);
+    check(&kept);
+    pair.rx.release_kept(4); // release half
     for seq in 64..128u64 {
         send(seq);
     }
-    pair.wait("128 messages", || seen.get() == 128);
-    check(&kept.borrow());
+    pair.wait("128 messages", || pair.rx.count(AM_ID) == 128);
+    let kept = pair.rx.kept();
+    assert_eq!(kept.len(), 4, "released descriptors still listed");
+    check(&kept);
     // Descriptors may outlive the interface that lent them.
+    let rx = pair.rx.clone();
     drop(pair);
-    check(&kept.borrow());
-    kept.borrow_mut().clear();
+    rx.close();
+    check(&rx.kept());
+    rx.release_kept(0);
     Verdict::Passed
 }
 
@@ -219,39 +212,29 @@ pub fn am_reentrant(opts: &Options) -> Verdict {
     if !attr.flags.contains(IfaceFlags::AM_SHORT) {
         return Verdict::Skipped("no AM_SHORT".into());
     }
-    let reply = pair.reply_ep().unwrap_or_else(|e| panic!("cannot create a reply endpoint: {e}"));
-    let replies: Inbox = Rc::default();
+    pair.enable_replies().unwrap_or_else(|e| panic!("cannot create a reply endpoint: {e}"));
+    let replies: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
     let r2 = replies.clone();
     // Replies arrive at the sender's interface (the receiver itself for loopback transports).
-    let reply_iface = pair.sender.as_deref().unwrap_or(&*pair.receiver);
+    let reply_iface = pair.sender();
     reply_iface.set_am_handler(7, Some(Rc::new(move |m: AmRecv<'_>| r2.borrow_mut().push(m.data().to_vec())))).unwrap();
-    let failures = Rc::new(Cell::new(0u32));
-    let f2 = failures.clone();
-    let reply2 = reply.clone();
-    pair.receiver
-        .set_am_handler(
-            AM_ID,
-            Some(Rc::new(move |m: AmRecv<'_>| {
-                let seq = u64::from_ne_bytes(m.data()[..8].try_into().unwrap_or_default());
-                // Handlers may not progress, so a reply that finds no resources is counted.
-                if reply2.am_short(7, seq + 1000, b"reply") != Ok(Outcome::Done(())) {
-                    f2.set(f2.get() + 1);
-                }
-            })),
-        )
-        .unwrap();
+    pair.rx.listen(AM_ID, Listen { keep_first: 0, reply: Some(7) }).unwrap();
     for seq in 0..32u64 {
         let r = pair.retry("am_short", || pair.eps[0].am_short(AM_ID, seq, &[]));
         assert_eq!(r, Ok(Outcome::Done(())));
-        pair.wait("reply", || replies.borrow().len() as u64 + failures.get() as u64 > seq);
+        pair.wait("reply", || (replies.borrow().len() + pair.rx.reply_failures()) as u64 > seq);
     }
     let got = replies.borrow();
     assert!(got.len() >= 16, "only {} of 32 replies sent from handlers arrived", got.len());
+    let mut last = None;
     for (i, r) in got.iter().enumerate() {
+        let h = u64::from_ne_bytes(r[..8].try_into().expect("8-byte header"));
+        assert!((1000..1032).contains(&h) && last < Some(h), "reply {i}: header {h} out of order");
+        last = Some(h);
         assert_eq!(r[8..], *b"reply", "reply {i} payload");
     }
     reply_iface.set_am_handler(7, None).unwrap();
-    pair.receiver.set_am_handler(AM_ID, None).unwrap();
+    pair.rx.unlisten(AM_ID).unwrap();
     Verdict::Passed
 }
 
@@ -285,7 +268,7 @@ pub fn am_zcopy_iov(opts: &Options) -> Verdict {
         other => panic!("am_zcopy failed: {other:?}"),
     }
     assert_eq!(comp.status(), Status::Ok);
-    let got = expect_one(&pair, &inbox, "am_zcopy delivery");
+    let got = expect_one(&pair, inbox, "am_zcopy delivery");
     let mut expect = header.clone();
     bufs.iter().for_each(|b| expect.extend_from_slice(b));
     assert_eq!(got, expect, "am_zcopy data ({n_iov} iov entries)");
@@ -359,24 +342,20 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
     if !attr.flags.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
         return Verdict::Skipped("no AM_SHORT/AM_BCOPY".into());
     }
-    // While `hold`, the handler keeps every message, so transports whose send resources are the
-    // receiver's buffers run out; transports with a FIFO run out because nothing progresses.
-    let hold = Rc::new(Cell::new(true));
-    let kept: Rc<RefCell<Vec<AmDesc>>> = Rc::default();
-    let order: Rc<RefCell<Vec<u64>>> = Rc::default();
-    let (h2, k2, o2) = (hold.clone(), kept.clone(), order.clone());
-    pair.receiver
-        .set_am_handler(
-            AM_ID,
-            Some(Rc::new(move |m: AmRecv<'_>| {
-                let header = u64::from_ne_bytes(m.data()[..8].try_into().expect("8-byte header"));
-                o2.borrow_mut().push(header);
-                if h2.get() {
-                    k2.borrow_mut().push(m.keep());
-                }
-            })),
-        )
-        .unwrap();
+    // While held, the receiver keeps every message, so transports whose send resources are the
+    // receiver's buffers run out; transports with a FIFO run out because nothing progresses (a
+    // receiver in another process stops progressing while held).
+    pair.rx.listen(AM_ID, Listen::default()).unwrap();
+    pair.rx.hold(true);
+    let order: RefCell<Vec<u64>> = RefCell::default();
+    let collect = || {
+        let msgs = pair.rx.take(AM_ID);
+        let mut o = order.borrow_mut();
+        for m in msgs {
+            o.push(u64::from_ne_bytes(m[..8].try_into().expect("8-byte header")));
+        }
+        o.len()
+    };
     let short = attr.flags.contains(IfaceFlags::AM_SHORT);
     let senders: Vec<Rc<Sender>> = pair
         .eps
@@ -416,23 +395,22 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
         pair.worker.progress();
     }
     // While requests are queued on an endpoint, a direct send on it must not overtake them.
-    if let Some(d) = kept.borrow_mut().pop() {
-        drop(d);
-    }
+    let n_kept = pair.rx.kept().len();
+    pair.rx.release_kept(n_kept.saturating_sub(1));
     for (i, s) in senders.iter().enumerate() {
         if !s.finished() {
             assert_eq!(s.send_one(), Ok(false), "endpoint {i}: a send overtook queued pending requests");
         }
     }
-    let phase1 = order.borrow().len();
+    let phase1 = collect();
     // Phase 2: release, progress until everything arrives.
-    hold.set(false);
-    kept.borrow_mut().clear();
+    pair.rx.hold(false);
     let total = EPS as u64 * PER_EP;
-    pair.wait("all pending messages", || order.borrow().len() as u64 >= total);
+    pair.wait("all pending messages", || collect() as u64 >= total);
     for _ in 0..16 {
         pair.worker.progress();
     }
+    collect();
     let order = order.borrow();
     assert_eq!(order.len() as u64, total, "messages delivered more than once");
     // Exactly once, in order, per endpoint.

@@ -14,13 +14,41 @@
 //! ```
 //!
 //! Every wait is bounded in iterations and time ([`Options::timeout`]); nothing sleeps.
+//!
+//! # Across processes
+//!
+//! With [`Options::across_processes`] the receiving side of every check (its interface,
+//! handlers, kept descriptors and target memory) lives in an *agent* process, and the test
+//! process only sends. The agent is normally the test binary itself, re-run with one test that
+//! calls [`serve_agent`]; the two talk over the agent's stdin and stdout, one request line and
+//! one answer line at a time. [`peer_failure`] then also kills the agent and checks that the
+//! survivor notices:
+//!
+//! ```ignore
+//! #[test]
+//! fn kit_agent() {
+//!     if uct::conformance::agent_requested() {
+//!         uct_shm::register();
+//!         uct::conformance::serve_agent();
+//!     }
+//! }
+//!
+//! #[test]
+//! fn posix_across_processes() {
+//!     uct_shm::register();
+//!     let opts = Options::new("posix/memory").across_processes(AgentCommand::this_test("kit_agent"));
+//!     for (name, verdict) in uct::conformance::run_all(&opts) { /* ... */ }
+//! }
+//! ```
 
 mod am;
+mod peer;
 mod rma;
 mod setup;
 
 pub use am::{am_invalid, am_keep_desc, am_reentrant, am_sizes, am_zcopy_iov, pending_fairness};
-pub use rma::{atomics, ep_check, flush, put_get, rkey_unpack_garbage};
+pub use peer::{agent_requested, serve_agent, AgentCommand, AGENT_ENV};
+pub use rma::{atomics, ep_check, flush, peer_failure, put_get, rkey_unpack_garbage};
 pub use setup::{Options, Pair, Target};
 
 /// Outcome of one check.
@@ -59,5 +87,6 @@ pub fn run_all(opts: &Options) -> Vec<(&'static str, Verdict)> {
         ("atomics", atomics(opts)),
         ("ep_check", ep_check(opts)),
         ("rkey_unpack_garbage", rkey_unpack_garbage(opts)),
+        ("peer_failure", peer_failure(opts)),
     ]
 }

@@ -30,7 +30,7 @@ pub fn flush(opts: &Options) -> Verdict {
     let attr = pair.sender().attr().clone();
     let ep = &pair.eps[0];
     if attr.flags.contains(IfaceFlags::AM_SHORT) {
-        pair.receiver.set_am_handler(1, Some(std::rc::Rc::new(|_| {}))).unwrap();
+        pair.rx.listen(1, Default::default()).unwrap();
         for i in 0..16 {
             let _ = pair.retry("am_short", || ep.am_short(1, i, &[]));
         }
@@ -384,6 +384,75 @@ pub fn rkey_unpack_garbage(opts: &Options) -> Verdict {
     for seed in 0..256u64 {
         let junk = pattern(seed, (seed as usize) % 64);
         let _ = comp.rkey_unpack(&junk);
+    }
+    Verdict::Passed
+}
+
+/// A peer process killed after traffic flowed: the survivor's endpoint reports a peer-failure
+/// status (from an operation or from `Ep::check`), the error handler hears of it exactly once
+/// with the endpoint's user data, later operations fail too, and nothing crashes. Runs only when
+/// the receiver is in another process ([`Options::across_processes`]).
+pub fn peer_failure(opts: &Options) -> Verdict {
+    if opts.agent.is_none() {
+        return Verdict::Skipped("no peer process to kill: the receiver runs in this process".into());
+    }
+    let pair = open(opts);
+    let attr = pair.sender().attr().clone();
+    let am = attr.flags.contains(IfaceFlags::AM_SHORT);
+    if !am && !attr.flags.contains(IfaceFlags::EP_CHECK) {
+        return Verdict::Skipped("no AM_SHORT or EP_CHECK to notice a dead peer with".into());
+    }
+    let ep = &pair.eps[0];
+    if am {
+        pair.rx.listen(1, Default::default()).unwrap();
+        for i in 0..100 {
+            assert_eq!(pair.retry("am_short", || ep.am_short(1, i, &[])), Ok(Outcome::Done(())));
+        }
+        pair.wait("100 messages", || pair.rx.count(1) == 100);
+    }
+    pair.rx.kill();
+    let start = std::time::Instant::now();
+    let failed = |e: Status| {
+        matches!(e, Status::ConnectionReset | Status::EndpointTimeout | Status::Unreachable)
+            || e.is_endpoint_error()
+            || e.is_link_error()
+    };
+    let err = 'detect: loop {
+        assert!(start.elapsed() < opts.timeout, "a dead peer was not noticed within {:?}", opts.timeout);
+        if am {
+            match ep.am_short(1, 0, &[]) {
+                Err(e) => break e,
+                Ok(_) => pair.worker.progress(),
+            };
+        }
+        if attr.flags.contains(IfaceFlags::EP_CHECK) {
+            let comp = Completion::counter(1);
+            match ep.check(Some(&comp)) {
+                Err(e) => break e,
+                Ok(Outcome::InProgress) => {
+                    while comp.count() > 0 {
+                        pair.worker.progress();
+                        assert!(start.elapsed() < opts.timeout, "ep check on a dead peer never completed");
+                    }
+                    if comp.status() != Status::Ok {
+                        break 'detect comp.status();
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+        pair.worker.progress();
+    };
+    assert!(failed(err), "a dead peer must give a peer-failure status, got {err}");
+    for _ in 0..16 {
+        pair.worker.progress();
+    }
+    assert_eq!(*pair.failures.borrow(), [(0, err)], "the error handler must hear of the failure once");
+    if am {
+        assert!(ep.am_short(1, 0, &[]).is_err(), "am_short on a failed endpoint must fail");
+    }
+    if attr.flags.contains(IfaceFlags::EP_CHECK) {
+        assert!(ep.check(None).is_err(), "check on a failed endpoint must fail");
     }
     Verdict::Passed
 }

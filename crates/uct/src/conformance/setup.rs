@@ -1,16 +1,13 @@
 //! Opening a connected sender/receiver pair for the checks.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use ucs::{OpResult, Outcome, Status, UcsResult};
 
-use crate::{
-    find_resource, Ep, EpParams, Iface, IfaceFlags, IfaceParams, Md, MemAccess, MemH, ProgressFlags, RemoteKey, Worker,
-};
-
-/// The receiver's endpoint of a to-ep connection.
-type BackEp = Box<dyn Ep>;
+use super::peer::{AgentCommand, LocalPeer, Peer, RemotePeer};
+use crate::{find_resource, Ep, EpParams, Iface, IfaceFlags, IfaceParams, Md, ProgressFlags, RemoteKey, Worker};
 
 /// What to test and how.
 #[derive(Clone, Debug)]
@@ -24,6 +21,9 @@ pub struct Options {
     pub scarce_config: Vec<(String, String)>,
     /// Bound on every wait.
     pub timeout: Duration,
+    /// Run the receiving side in another process started with this command (see
+    /// [`serve_agent`](super::serve_agent)); `None` keeps it in this process.
+    pub agent: Option<AgentCommand>,
 }
 
 impl Options {
@@ -34,12 +34,19 @@ impl Options {
             config: Vec::new(),
             scarce_config: Vec::new(),
             timeout: Duration::from_secs(20),
+            agent: None,
         }
     }
 
     /// Adds a configuration override for every interface.
     pub fn with_config(mut self, name: &str, value: &str) -> Self {
         self.config.push((name.into(), value.into()));
+        self
+    }
+
+    /// Runs the receiving side in another process, started with `cmd`.
+    pub fn across_processes(mut self, cmd: AgentCommand) -> Self {
+        self.agent = Some(cmd);
         self
     }
 
@@ -50,21 +57,21 @@ impl Options {
     }
 }
 
-/// A worker with a receiving interface and a sending endpoint connected to it. For loopback
-/// transports (`self`) the sender is the receiver itself.
+/// A worker with a sending interface and endpoints connected to a receiver: in this process,
+/// or in an agent process when [`Options::agent`] is set. For loopback transports (`self`) the
+/// sender is the receiver itself.
 pub struct Pair {
     /// Endpoints from the sender to the receiver (one unless more were asked for).
     pub eps: Vec<Rc<dyn Ep>>,
-    /// Endpoints from the receiver back to the sender (to-ep transports keep them alive).
-    pub back_eps: Vec<Rc<dyn Ep>>,
-    /// Receiving interface.
-    pub receiver: Box<dyn Iface>,
-    /// Sending interface, unless the receiver sends to itself.
-    pub sender: Option<Box<dyn Iface>>,
-    /// Memory domain of both interfaces.
+    /// The sending interface.
+    pub sender: Rc<dyn Iface>,
+    /// Memory domain of the sender.
     pub md: Rc<dyn Md>,
-    /// The worker progressing both.
+    /// The worker progressing the sender (and a receiver in this process).
     pub worker: Worker,
+    /// Endpoint failures reported to the sender's error handler: (endpoint user data, status).
+    pub failures: Rc<RefCell<Vec<(u64, Status)>>>,
+    pub(crate) rx: Rc<dyn Peer>,
     timeout: Duration,
 }
 
@@ -78,57 +85,102 @@ impl Pair {
         if scarce {
             params.config.extend(opts.scarce_config.iter().cloned());
         }
-        let receiver = md.iface_open(&worker, &params)?;
-        receiver.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
-        let dev = receiver.device_address();
-        let addr = receiver.iface_address();
-        let sender = if receiver.is_reachable(&dev, Some(&addr)) && tl.dev_type == crate::DeviceType::SelfDev {
-            None
-        } else {
-            let s = md.iface_open(&worker, &params)?;
-            s.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
-            Some(s)
+        let failures: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
+        let f2 = failures.clone();
+        params.err_handler = Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st))));
+        let open = |params: &IfaceParams| -> UcsResult<Rc<dyn Iface>> {
+            let i: Rc<dyn Iface> = md.iface_open(&worker, params)?.into();
+            i.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+            Ok(i)
         };
-        let mut pair =
-            Pair { eps: Vec::new(), back_eps: Vec::new(), receiver, sender, md, worker, timeout: opts.timeout };
+        let (rx, sender): (Rc<dyn Peer>, Rc<dyn Iface>) = match &opts.agent {
+            Some(cmd) => {
+                let remote = RemotePeer::spawn(cmd, &opts.resource, &params.config, opts.timeout)?;
+                let sender = open(&params)?;
+                if sender.attr().flags.contains(IfaceFlags::CONNECT_TO_IFACE)
+                    && !sender.is_reachable(&remote.device_address(), Some(&remote.iface_address()))
+                {
+                    panic!("{}: an interface in the agent process is not reachable from here", opts.resource);
+                }
+                (Rc::new(remote), sender)
+            }
+            None => {
+                let receiver = open(&params)?;
+                let dev = receiver.device_address();
+                let addr = receiver.iface_address();
+                let sender = if receiver.is_reachable(&dev, Some(&addr)) && tl.dev_type == crate::DeviceType::SelfDev {
+                    receiver.clone()
+                } else {
+                    open(&params)?
+                };
+                (Rc::new(LocalPeer::new(receiver, md.clone())), sender)
+            }
+        };
+        let mut pair = Pair { eps: Vec::new(), sender, md, worker, failures, rx, timeout: opts.timeout };
         for i in 0..n_eps {
-            let (ep, back) = pair.connect(i as u64)?;
+            let ep = pair.connect(i as u64)?;
             pair.eps.push(ep.into());
-            pair.back_eps.extend(back.map(Rc::from));
         }
         Ok(pair)
     }
 
-    /// An endpoint from the receiver to the sender, for replies from handlers.
-    pub fn reply_ep(&self) -> UcsResult<Rc<dyn Ep>> {
-        if let Some(b) = self.back_eps.first() {
-            return Ok(b.clone());
+    /// True when the receiver runs in another process.
+    pub fn is_remote(&self) -> bool {
+        self.rx.is_remote()
+    }
+
+    /// Makes the receiver collect the active messages of `id`.
+    pub fn listen(&self, id: u8) -> UcsResult<()> {
+        self.rx.listen(id, super::peer::Listen::default())
+    }
+
+    /// Progresses until the receiver collected `n` messages of `id` (see [`Pair::listen`]) and
+    /// returns them in arrival order; panics if more arrive.
+    pub fn collect(&self, id: u8, n: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        self.wait(&format!("{n} messages on id {id}"), || {
+            got.extend(self.rx.take(id));
+            got.len() >= n
+        });
+        for _ in 0..16 {
+            self.worker.progress();
         }
-        let s = self.sender();
-        let (dev, addr) = (s.device_address(), s.iface_address());
-        Ok(self.receiver.ep_create(&EpParams::to_iface(&dev, &addr))?.into())
+        got.extend(self.rx.take(id));
+        assert_eq!(got.len(), n, "messages on id {id}: more arrived than were sent");
+        got
+    }
+
+    /// Makes the receiver's reply handlers send back to the sender's interface.
+    pub(crate) fn enable_replies(&self) -> UcsResult<()> {
+        let s = &self.sender;
+        if s.attr().flags.contains(IfaceFlags::CONNECT_TO_IFACE) {
+            self.rx.reply_to(&s.device_address(), &s.iface_address())
+        } else {
+            // To-ep transports reply on the receiver's first connected endpoint.
+            Ok(())
+        }
     }
 
     /// The interface that sends.
     pub fn sender(&self) -> &dyn Iface {
-        self.sender.as_deref().unwrap_or(&*self.receiver)
+        &*self.sender
     }
 
-    /// An endpoint to the receiver, and for to-ep transports the receiver's endpoint back.
-    fn connect(&self, user_data: u64) -> UcsResult<(Box<dyn Ep>, Option<BackEp>)> {
+    /// An endpoint to the receiver; for to-ep transports the receiver connects one back.
+    fn connect(&self, user_data: u64) -> UcsResult<Box<dyn Ep>> {
         let s = self.sender();
         let flags = s.attr().flags;
         if flags.contains(IfaceFlags::CONNECT_TO_IFACE) {
-            let dev = self.receiver.device_address();
-            let addr = self.receiver.iface_address();
-            assert!(s.is_reachable(&dev, Some(&addr)), "{}: receiver not reachable from sender", "connect");
-            Ok((s.ep_create(&EpParams::to_iface(&dev, &addr).with_user_data(user_data))?, None))
+            let dev = self.rx.device_address();
+            let addr = self.rx.iface_address();
+            assert!(s.is_reachable(&dev, Some(&addr)), "connect: receiver not reachable from sender");
+            s.ep_create(&EpParams::to_iface(&dev, &addr).with_user_data(user_data))
         } else if flags.contains(IfaceFlags::CONNECT_TO_EP) {
             let a = s.ep_create(&EpParams::to_ep().with_user_data(user_data))?;
-            let b = self.receiver.ep_create(&EpParams::to_ep())?;
-            a.connect_to_ep(&self.receiver.device_address(), &b.address()?)?;
-            b.connect_to_ep(&s.device_address(), &a.address()?)?;
-            Ok((a, Some(b)))
+            let (idx, b_addr) = self.rx.ep_create()?;
+            a.connect_to_ep(&self.rx.device_address(), &b_addr)?;
+            self.rx.ep_connect(idx, &s.device_address(), &a.address()?)?;
+            Ok(a)
         } else {
             panic!("transport advertises neither CONNECT_TO_IFACE nor CONNECT_TO_EP");
         }
@@ -138,7 +190,12 @@ impl Pair {
     pub fn wait(&self, what: &str, mut done: impl FnMut() -> bool) {
         let start = Instant::now();
         let mut spins = 0u64;
-        while !done() {
+        // A condition on a remote receiver is a round trip; test it less often.
+        let every = if self.is_remote() { 64 } else { 1 };
+        loop {
+            if spins % every == 0 && done() {
+                return;
+            }
             self.worker.progress();
             spins += 1;
             if spins % 1024 == 0 && start.elapsed() > self.timeout {
@@ -167,26 +224,23 @@ impl Pair {
     /// Allocated by the memory domain when it can allocate, else registered from the heap with
     /// guard bytes on both sides ([`Target::guards_intact`]).
     pub fn target_region(&self, len: usize) -> UcsResult<Target> {
-        let attr = self.md.attr();
-        let (memh, heap) = if attr.flags.contains(crate::MdFlags::ALLOC) {
-            (self.md.mem_alloc(len, MemAccess::ALL, "conformance")?, None)
-        } else {
-            let mut heap = vec![GUARD_WORD; len.div_ceil(8) + 2 * GUARD_WORDS].into_boxed_slice();
-            heap[GUARD_WORDS..GUARD_WORDS + len.div_ceil(8)].fill(0);
-            // SAFETY: in bounds: the allocation has GUARD_WORDS words on each side.
-            let ptr = unsafe { heap.as_mut_ptr().add(GUARD_WORDS) }.cast::<u8>();
-            // SAFETY: the boxed slice lives in the returned Target, which drops the MemH first.
-            let memh = unsafe { self.md.mem_reg(ptr, len, MemAccess::ALL)? };
-            (memh, Some(heap))
+        let info = self.rx.region(len)?;
+        let rkey = match self.md.component().rkey_unpack(&info.packed) {
+            Ok(k) => k,
+            Err(e) => {
+                self.rx.free(info.id);
+                return Err(e);
+            }
         };
-        let packed = self.md.mkey_pack(&memh)?;
-        let rkey = self.md.component().rkey_unpack(&packed)?;
-        Ok(Target { rkey, packed, memh: Some(memh), _heap: heap })
+        Ok(Target {
+            rkey,
+            packed: info.packed,
+            id: info.id,
+            registered_heap: info.registered_heap,
+            peer: self.rx.clone(),
+        })
     }
 }
-
-const GUARD_WORDS: usize = 8;
-const GUARD_WORD: u64 = 0x5afe_9a2d_5afe_9a2d;
 
 /// A region a peer may access, with its packed and unpacked key.
 pub struct Target {
@@ -194,8 +248,9 @@ pub struct Target {
     pub rkey: RemoteKey,
     /// The packed key bytes.
     pub packed: Vec<u8>,
-    memh: Option<MemH>,
-    _heap: Option<Box<[u64]>>,
+    id: u32,
+    registered_heap: bool,
+    peer: Rc<dyn Peer>,
 }
 
 impl Target {
@@ -214,50 +269,36 @@ impl Target {
         self.len() == 0
     }
 
-    /// Reads the region's current bytes (the region is in this process).
+    /// Reads the region's current bytes (no operation may be in flight).
     pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
-        assert!(self.memh.is_some() && off + len <= self.len(), "read outside a live region");
-        let mut out = vec![0u8; len];
-        // SAFETY: in bounds (asserted); the region is live while `self` holds the MemH, and no
-        // operation is in flight while the kit inspects it.
-        unsafe { std::ptr::copy_nonoverlapping((self.addr() as *const u8).add(off), out.as_mut_ptr(), len) };
-        out
+        self.peer.read(self.id, off, len)
     }
 
     /// True when the guard bytes around a heap-registered region are untouched (always true
     /// for memory-domain allocations, which have no guards).
     pub fn guards_intact(&self) -> bool {
-        match &self._heap {
-            None => true,
-            Some(h) => {
-                let n = h.len();
-                h[..GUARD_WORDS].iter().chain(&h[n - GUARD_WORDS..]).all(|&w| w == GUARD_WORD)
-            }
-        }
+        self.peer.guards_intact(self.id)
     }
 
     /// True when the region is heap memory registered with the domain (not allocated by it).
     pub fn is_registered_heap(&self) -> bool {
-        self._heap.is_some()
+        self.registered_heap
     }
 
     /// Deregisters the region now (heap memory stays allocated, so the guards stay readable).
     pub fn deregister(&mut self) {
-        self.memh.take();
+        self.peer.deregister(self.id);
     }
 
     /// Writes bytes into the region directly.
     pub fn write(&self, off: usize, data: &[u8]) {
-        assert!(self.memh.is_some() && off + data.len() <= self.len(), "write outside a live region");
-        // SAFETY: as in `read`.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.addr() as *mut u8).add(off), data.len()) };
+        self.peer.write(self.id, off, data);
     }
 }
 
 impl Drop for Target {
     fn drop(&mut self) {
-        // Deregister before the heap buffer goes away.
-        self.memh.take();
+        self.peer.free(self.id);
     }
 }
 
