@@ -91,6 +91,8 @@ pub struct CallbackQueue {
     deferred: RefCell<Deferred>,
     /// Removals waiting in `deferred`: the pass checks ids only while this is non-zero.
     pending_kills: Cell<usize>,
+    /// Something waits in `deferred` (an add or a removal made during the pass).
+    dirty: Cell<bool>,
 }
 
 #[derive(Default)]
@@ -125,7 +127,7 @@ impl Drop for PassEnd<'_> {
         q.dispatching.set(false);
         // Elements of a panicking pass may still be marked live: nothing is lost, the panic
         // only skipped the rest of the pass.
-        if q.pending_kills.get() != 0 || !q.deferred.borrow().adds.is_empty() {
+        if q.dirty.get() {
             q.apply_deferred();
         }
     }
@@ -146,6 +148,7 @@ impl CallbackQueue {
             live_ids: RefCell::default(),
             deferred: RefCell::default(),
             pending_kills: Cell::new(0),
+            dirty: Cell::new(false),
         }
     }
 
@@ -159,6 +162,7 @@ impl CallbackQueue {
         let e = Elem { id, key, oneshot, live: true, cb };
         if self.dispatching.get() {
             self.deferred.borrow_mut().adds.push(e);
+            self.dirty.set(true);
         } else {
             self.elems.borrow_mut().push(e);
         }
@@ -192,6 +196,7 @@ impl CallbackQueue {
                 // The running pass holds the list: record it; the pass skips it from now on.
                 self.deferred.borrow_mut().kills.push(id.0);
                 self.pending_kills.set(self.pending_kills.get() + 1);
+                self.dirty.set(true);
             } else {
                 let victim = {
                     let mut elems = self.elems.borrow_mut();
@@ -216,6 +221,7 @@ impl CallbackQueue {
         if self.dispatching.get() {
             self.deferred.borrow_mut().oneshot_kills.push(key);
             self.pending_kills.set(self.pending_kills.get() + 1);
+            self.dirty.set(true);
             return;
         }
         let victims: Vec<Elem> = {
@@ -248,6 +254,7 @@ impl CallbackQueue {
             (std::mem::take(&mut d.adds), std::mem::take(&mut d.kills), std::mem::take(&mut d.oneshot_kills))
         };
         self.pending_kills.set(0);
+        self.dirty.set(false);
         let dead: Vec<Elem> = {
             let mut elems = self.elems.borrow_mut();
             let all = std::mem::take(&mut *elems);
@@ -329,6 +336,7 @@ impl CallbackQueue {
     /// applied first.
     ///
     /// A nested call from inside a callback does nothing and returns 0.
+    #[inline]
     pub fn dispatch(&self) -> usize {
         if self.dispatching.get() {
             return 0;
@@ -357,10 +365,10 @@ impl CallbackQueue {
                 }
             }
         }
-        drop(end);
         if oneshots {
-            self.apply_deferred();
+            self.dirty.set(true);
         }
+        drop(end);
         count
     }
 }
