@@ -108,9 +108,11 @@ struct Buffer {
     len: usize,
 }
 
-fn buffer(md: &Rc<dyn Md>, len: usize, remote: bool) -> Result<Buffer, String> {
+/// A test buffer: allocated by the memory domain when it can (as ucx_perftest does for both
+/// buffers), else heap memory registered with it.
+fn buffer(md: &Rc<dyn Md>, len: usize) -> Result<Buffer, String> {
     let len = len.max(64);
-    if remote && md.attr().flags.contains(MdFlags::ALLOC) {
+    if md.attr().flags.contains(MdFlags::ALLOC) {
         let memh = md.mem_alloc(len, MemAccess::ALL, "perftest").map_err(|e| format!("cannot allocate memory: {e}"))?;
         return Ok(Buffer { ptr: memh.address(), len, memh: Some(memh), _heap: None });
     }
@@ -170,8 +172,8 @@ impl Ctx {
             .map_err(|e| format!("cannot open {}: {e}", spec.resource))?;
         iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let length: usize = spec.msg_sizes.iter().sum();
-        let send = buffer(&md, length, false)?;
-        let recv = buffer(&md, length, true)?;
+        let send = buffer(&md, length)?;
+        let recv = buffer(&md, length)?;
         let am_sn = Rc::new(Cell::new(0u8));
         let s2 = am_sn.clone();
         if spec.cmd == Cmd::Am {
