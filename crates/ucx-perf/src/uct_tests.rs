@@ -422,16 +422,29 @@ impl Ctx {
     }
 
     /// Waits until the peer's message `sn` is visible. When that means polling a memory word the
-    /// peer's put or atomic targets (not an AM, which progress delivers), space the reads out
-    /// (a second progress call) so the peer's store is not delayed by the line being pulled back
-    /// too often; measured slightly better than a `PAUSE` on this machine.
+    /// peer's put or atomic targets (not an AM, which progress delivers), the reads alternate
+    /// with a `PAUSE` and a progress call: back-to-back reads pull the line away from the
+    /// writer's store, and two progress calls between reads see the store late (put_lat
+    /// medians of 11 runs: 0.043 us this way, 0.058 us with two progress calls, 0.063 us with
+    /// progress + `PAUSE`, C 0.053 us).
     #[inline(always)]
     fn wait_sn(&self, sn: u8) {
-        let polls_memory = self.spec.cmd != Cmd::Am;
-        while self.recv_sn(true) != sn {
-            self.progress_responder();
-            if polls_memory {
+        if self.spec.cmd == Cmd::Am {
+            // Progress is what receives active messages: call it on every poll.
+            while self.recv_sn(true) != sn {
                 self.progress_responder();
+            }
+            return;
+        }
+        // Polling memory the peer writes: read it often, but not back to back (a reader that
+        // hammers the line delays the writer's store), and progress on every other poll.
+        let mut polls = 0u32;
+        while self.recv_sn(true) != sn {
+            polls = polls.wrapping_add(1);
+            if polls % 2 == 0 {
+                self.progress_responder();
+            } else {
+                std::hint::spin_loop();
             }
         }
     }
