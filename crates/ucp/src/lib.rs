@@ -5,6 +5,11 @@
 //! transports through `uct` and chooses among them by capability and performance model; it never
 //! names a concrete transport.
 
+pub mod config;
+pub mod context;
 pub mod tag;
+
+pub use config::{ContextConfig, RndvScheme, Thresh};
+pub use context::{Context, ContextParams, Features};
 
 pub use ucs::Status;
