@@ -103,9 +103,33 @@ pub trait Exchange {
 
 struct Buffer {
     memh: Option<MemH>,
-    _heap: Option<Vec<u64>>,
+    _heap: Option<PageAligned>,
     ptr: *mut u8,
     len: usize,
+}
+
+/// Zeroed heap memory starting on a page boundary (as ucx_perftest's mmap fallback gives):
+/// a kernel copy (cma) of a buffer that starts mid-page touches one more page per chunk.
+struct PageAligned {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl PageAligned {
+    fn new(len: usize) -> Result<Self, String> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|e| e.to_string())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).ok_or_else(|| format!("cannot allocate {len} bytes"))?;
+        Ok(PageAligned { ptr, layout })
+    }
+}
+
+impl Drop for PageAligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
 }
 
 /// A test buffer: allocated by the memory domain when it can (as ucx_perftest does for both
@@ -116,8 +140,8 @@ fn buffer(md: &Rc<dyn Md>, len: usize) -> Result<Buffer, String> {
         let memh = md.mem_alloc(len, MemAccess::ALL, "perftest").map_err(|e| format!("cannot allocate memory: {e}"))?;
         return Ok(Buffer { ptr: memh.address(), len, memh: Some(memh), _heap: None });
     }
-    let mut heap = vec![0u64; len.div_ceil(8)];
-    let ptr = heap.as_mut_ptr().cast::<u8>();
+    let heap = PageAligned::new(len)?;
+    let ptr = heap.ptr.as_ptr();
     let memh = if md.attr().flags.contains(MdFlags::REG) {
         // SAFETY: the heap vector lives in the Buffer next to the registration, which Buffer's
         // field order drops first.
