@@ -5,10 +5,12 @@
 //! transports through `uct` and chooses among them by capability and performance model; it never
 //! names a concrete transport.
 
+pub mod address;
 pub mod config;
 pub mod context;
 pub mod tag;
 
+pub use address::{IfaceRecord, WorkerAddress};
 pub use config::{ContextConfig, RndvScheme, Thresh};
 pub use context::{Context, ContextParams, Features};
 
