@@ -132,10 +132,8 @@ impl WorkerAddress {
             let latency_ns = r.f64()?;
             let bandwidth = r.f64()?;
             let overhead_ns = r.f64()?;
-            if !(latency_ns.is_finite() && latency_ns >= 0.0)
-                || !(bandwidth.is_finite() && bandwidth > 0.0)
-                || !(overhead_ns.is_finite() && overhead_ns >= 0.0)
-            {
+            let sane = |v: f64, min_exclusive: bool| v.is_finite() && if min_exclusive { v > 0.0 } else { v >= 0.0 };
+            if !(sane(latency_ns, false) && sane(bandwidth, true) && sane(overhead_ns, false)) {
                 return Err(r.bad("performance model out of range"));
             }
             let dev_addr = r.blob()?;
