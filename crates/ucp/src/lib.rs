@@ -8,6 +8,7 @@
 pub mod address;
 pub mod config;
 pub mod context;
+pub mod lanes;
 pub mod tag;
 
 pub use address::{IfaceRecord, WorkerAddress};

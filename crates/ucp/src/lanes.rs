@@ -1,0 +1,228 @@
+//! Lane selection, sans IO: which transport pair carries which kind of traffic between two
+//! workers, from the records of both workers' addresses.
+//!
+//! Every score is a symmetric function of the two records of a pair (latency: the larger;
+//! overhead: the sum; bandwidth: the smaller) and ties break on transport and device names, so
+//! both peers compute the same lanes from the same two addresses, whichever side runs it.
+
+use uct::{DeviceType, IfaceFlags};
+
+use crate::address::{IfaceRecord, WorkerAddress};
+
+/// A pair of interfaces, one on each side: indices into the two address records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LanePair {
+    /// Index into the local worker's records.
+    pub local: usize,
+    /// Index into the remote worker's records.
+    pub remote: usize,
+}
+
+/// The lanes of an endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lanes {
+    /// Active messages (eager, wireup, protocol control).
+    pub am: Option<LanePair>,
+    /// Remote memory access, best first.
+    pub rma: Vec<LanePair>,
+    /// Atomics.
+    pub amo: Option<LanePair>,
+    /// Rendezvous bulk data (zero-copy get or put), best first, at most `max_rndv_lanes`.
+    pub rndv: Vec<LanePair>,
+}
+
+/// What the selection may use.
+#[derive(Clone, Copy, Debug)]
+pub struct LaneLimits {
+    /// `UCX_MAX_RNDV_LANES`.
+    pub max_rndv_lanes: usize,
+    /// Whether atomics were asked for (AMO32/AMO64 features).
+    pub atomics: bool,
+}
+
+/// The model of one pair, symmetric in its two records.
+#[derive(Clone, Copy, Debug)]
+struct PairModel {
+    latency: f64,
+    overhead: f64,
+    bandwidth: f64,
+}
+
+/// A candidate pair with its model.
+type Candidate = (LanePair, PairModel);
+
+/// An order on candidates.
+type CandidateOrder<'a> = &'a dyn Fn(&Candidate, &Candidate) -> std::cmp::Ordering;
+
+fn model(a: &IfaceRecord, b: &IfaceRecord) -> PairModel {
+    PairModel {
+        latency: a.latency_ns.max(b.latency_ns),
+        overhead: a.overhead_ns + b.overhead_ns,
+        bandwidth: a.bandwidth.min(b.bandwidth),
+    }
+}
+
+/// Can `a` (on a worker with uuid `ua`) talk to `b` (uuid `ub`)? Same transport and device
+/// type; loopback only within one worker; other devices when the transport says so (the
+/// caller's `reachable`, e.g. `Iface::is_reachable`). Shared memory and loopback never cross
+/// to another worker of another kind.
+fn can_pair(
+    ua: u64,
+    a: &IfaceRecord,
+    ub: u64,
+    b: &IfaceRecord,
+    reachable: &dyn Fn(&IfaceRecord, &IfaceRecord) -> bool,
+) -> bool {
+    if a.tl_name != b.tl_name || a.dev_type != b.dev_type {
+        return false;
+    }
+    if a.dev_type == DeviceType::SelfDev && ua != ub {
+        return false;
+    }
+    reachable(a, b)
+}
+
+/// A deterministic order key for ties: both names of the lower-sorting record first.
+fn tie_key<'a>(a: &'a IfaceRecord, b: &'a IfaceRecord) -> (&'a str, &'a str, &'a str, &'a str) {
+    let (x, y) = if (a.tl_name.as_str(), a.dev_name.as_str()) <= (b.tl_name.as_str(), b.dev_name.as_str()) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    (&x.tl_name, &x.dev_name, &y.tl_name, &y.dev_name)
+}
+
+/// Chooses the lanes between `local` and `remote`. `reachable(local_rec, remote_rec)` asks the
+/// transport whether the remote interface can be reached (it must be symmetric).
+pub fn select(
+    local: &WorkerAddress,
+    remote: &WorkerAddress,
+    limits: LaneLimits,
+    reachable: &dyn Fn(&IfaceRecord, &IfaceRecord) -> bool,
+) -> Lanes {
+    let mut pairs: Vec<Candidate> = Vec::new();
+    for (i, a) in local.ifaces.iter().enumerate() {
+        for (j, b) in remote.ifaces.iter().enumerate() {
+            if can_pair(local.uuid, a, remote.uuid, b, reachable) {
+                pairs.push((LanePair { local: i, remote: j }, model(a, b)));
+            }
+        }
+    }
+    let rec = |p: &LanePair| (&local.ifaces[p.local], &remote.ifaces[p.remote]);
+    let both = |p: &LanePair, f: IfaceFlags| {
+        let (a, b) = rec(p);
+        a.flags.contains(f) && b.flags.contains(f)
+    };
+    // Lowest latency + overhead for messages; highest bandwidth for bulk data.
+    let by_latency = |x: &Candidate, y: &Candidate| {
+        let (sx, sy) = (x.1.latency + x.1.overhead, y.1.latency + y.1.overhead);
+        sx.total_cmp(&sy).then_with(|| tie_key(rec(&x.0).0, rec(&x.0).1).cmp(&tie_key(rec(&y.0).0, rec(&y.0).1)))
+    };
+    let by_bandwidth = |x: &Candidate, y: &Candidate| {
+        y.1.bandwidth
+            .total_cmp(&x.1.bandwidth)
+            .then_with(|| tie_key(rec(&x.0).0, rec(&x.0).1).cmp(&tie_key(rec(&y.0).0, rec(&y.0).1)))
+    };
+    let pick = |filter: &dyn Fn(&LanePair) -> bool, order: CandidateOrder<'_>| {
+        let mut v: Vec<Candidate> = pairs.iter().filter(|(p, _)| filter(p)).copied().collect();
+        v.sort_by(|x, y| order(x, y));
+        v.into_iter().map(|(p, _)| p).collect::<Vec<_>>()
+    };
+    let am = pick(&|p| both(p, IfaceFlags::AM_BCOPY), &by_latency).first().copied();
+    let rma = pick(
+        &|p| {
+            both(p, IfaceFlags::PUT_SHORT | IfaceFlags::GET_SHORT)
+                || both(p, IfaceFlags::PUT_ZCOPY)
+                || both(p, IfaceFlags::GET_ZCOPY)
+                || both(p, IfaceFlags::PUT_BCOPY | IfaceFlags::GET_BCOPY)
+        },
+        &by_latency,
+    );
+    let amo = if limits.atomics {
+        pick(&|p| both(p, IfaceFlags::ATOMIC_CPU) || both(p, IfaceFlags::ATOMIC_DEVICE), &by_latency).first().copied()
+    } else {
+        None
+    };
+    let mut rndv = pick(&|p| both(p, IfaceFlags::GET_ZCOPY) || both(p, IfaceFlags::PUT_ZCOPY), &by_bandwidth);
+    rndv.truncate(limits.max_rndv_lanes);
+    Lanes { am, rma, amo, rndv }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(tl: &str, dt: DeviceType, flags: IfaceFlags, lat: f64, bw: f64) -> IfaceRecord {
+        IfaceRecord {
+            tl_name: tl.into(),
+            dev_name: "memory".into(),
+            dev_type: dt,
+            flags,
+            latency_ns: lat,
+            bandwidth: bw,
+            overhead_ns: 10.0,
+            dev_addr: vec![1],
+            iface_addr: vec![2],
+        }
+    }
+
+    fn shm_worker(uuid: u64) -> WorkerAddress {
+        let am = IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::CONNECT_TO_IFACE;
+        let rma = IfaceFlags::PUT_SHORT | IfaceFlags::GET_SHORT | IfaceFlags::ATOMIC_CPU;
+        WorkerAddress {
+            uuid,
+            name: String::new(),
+            ifaces: vec![
+                rec("self", DeviceType::SelfDev, am | rma, 0.0, 6e9),
+                rec("posix", DeviceType::Shm, am | rma, 80.0, 12e9),
+                rec("sysv", DeviceType::Shm, am | rma, 80.0, 12e9),
+                rec("cma", DeviceType::Shm, IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY, 300.0, 14e9),
+            ],
+        }
+    }
+
+    const LIMITS: LaneLimits = LaneLimits { max_rndv_lanes: 1, atomics: true };
+
+    #[test]
+    fn same_worker_uses_self_other_process_uses_shm() {
+        let a = shm_worker(1);
+        let all = |_: &IfaceRecord, _: &IfaceRecord| true;
+        let l = select(&a, &a, LIMITS, &all);
+        assert_eq!(l.am, Some(LanePair { local: 0, remote: 0 }), "self for the same worker");
+        let b = shm_worker(2);
+        let l = select(&a, &b, LIMITS, &all);
+        assert_eq!(l.am, Some(LanePair { local: 1, remote: 1 }), "posix before sysv on a tie");
+        assert_eq!(l.rndv, [LanePair { local: 3, remote: 3 }], "cma has the bandwidth");
+        assert_eq!(l.amo, Some(LanePair { local: 1, remote: 1 }));
+    }
+
+    #[test]
+    fn both_sides_choose_the_same_lanes() {
+        let mut a = shm_worker(1);
+        let mut b = shm_worker(2);
+        // Different record orders and models on the two sides.
+        b.ifaces.reverse();
+        a.ifaces[2].latency_ns = 70.0;
+        b.ifaces[1].latency_ns = 70.0; // sysv, in b's reversed order
+        let all = |_: &IfaceRecord, _: &IfaceRecord| true;
+        let ab = select(&a, &b, LIMITS, &all);
+        let ba = select(&b, &a, LIMITS, &all);
+        let names = |l: &Option<LanePair>, x: &WorkerAddress, y: &WorkerAddress| {
+            l.map(|p| (x.ifaces[p.local].tl_name.clone(), y.ifaces[p.remote].tl_name.clone()))
+        };
+        assert_eq!(names(&ab.am, &a, &b), Some(("sysv".into(), "sysv".into())));
+        assert_eq!(names(&ba.am, &b, &a), Some(("sysv".into(), "sysv".into())));
+    }
+
+    #[test]
+    fn unreachable_pairs_are_skipped() {
+        let a = shm_worker(1);
+        let b = shm_worker(2);
+        let only_sysv = |x: &IfaceRecord, _: &IfaceRecord| x.tl_name == "sysv";
+        let l = select(&a, &b, LIMITS, &only_sysv);
+        assert_eq!(l.am, Some(LanePair { local: 2, remote: 2 }));
+        assert!(l.rndv.is_empty());
+        let none = |_: &IfaceRecord, _: &IfaceRecord| false;
+        assert_eq!(select(&a, &b, LIMITS, &none), Lanes::default());
+    }
+}
