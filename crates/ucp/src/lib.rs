@@ -10,9 +10,11 @@ pub mod config;
 pub mod context;
 pub mod lanes;
 pub mod tag;
+pub mod worker;
 
 pub use address::{IfaceRecord, WorkerAddress};
 pub use config::{ContextConfig, RndvScheme, Thresh};
 pub use context::{Context, ContextParams, Features};
+pub use worker::{Worker, WorkerParams};
 
 pub use ucs::Status;
