@@ -130,18 +130,12 @@ impl TlSelection {
         })
     }
 
-    /// Names in an allow list that are neither a known alias nor `all` (to be checked against
-    /// the available transports by the caller).
+    /// The names in the list as written (empty for `all`).
     pub fn named(&self) -> Vec<String> {
         match &self.list {
             AllowList::Allow(n) | AllowList::Deny(n) => n.clone(),
             AllowList::All => Vec::new(),
         }
-    }
-
-    /// True when `name` is an alias or `all`.
-    pub fn is_alias(name: &str) -> bool {
-        name == "all" || TL_ALIASES.iter().any(|(a, _)| *a == name)
     }
 
     /// The transports an entry stands for (the entry itself when not an alias).

@@ -113,16 +113,16 @@ pub fn select(
         let (a, b) = rec(p);
         a.flags.contains(f) && b.flags.contains(f)
     };
+    let ties = |x: &Candidate, y: &Candidate| {
+        let (xa, xb) = rec(&x.0);
+        let (ya, yb) = rec(&y.0);
+        tie_key(xa, xb).cmp(&tie_key(ya, yb))
+    };
     // Lowest latency + overhead for messages; highest bandwidth for bulk data.
     let by_latency = |x: &Candidate, y: &Candidate| {
-        let (sx, sy) = (x.1.latency + x.1.overhead, y.1.latency + y.1.overhead);
-        sx.total_cmp(&sy).then_with(|| tie_key(rec(&x.0).0, rec(&x.0).1).cmp(&tie_key(rec(&y.0).0, rec(&y.0).1)))
+        (x.1.latency + x.1.overhead).total_cmp(&(y.1.latency + y.1.overhead)).then_with(|| ties(x, y))
     };
-    let by_bandwidth = |x: &Candidate, y: &Candidate| {
-        y.1.bandwidth
-            .total_cmp(&x.1.bandwidth)
-            .then_with(|| tie_key(rec(&x.0).0, rec(&x.0).1).cmp(&tie_key(rec(&y.0).0, rec(&y.0).1)))
-    };
+    let by_bandwidth = |x: &Candidate, y: &Candidate| y.1.bandwidth.total_cmp(&x.1.bandwidth).then_with(|| ties(x, y));
     let pick = |filter: &dyn Fn(&LanePair) -> bool, order: CandidateOrder<'_>| {
         let mut v: Vec<Candidate> = pairs.iter().filter(|(p, _)| filter(p)).copied().collect();
         v.sort_by(|x, y| order(x, y));

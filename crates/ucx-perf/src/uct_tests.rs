@@ -143,8 +143,8 @@ fn buffer(md: &Rc<dyn Md>, len: usize) -> Result<Buffer, String> {
     let heap = PageAligned::new(len)?;
     let ptr = heap.ptr.as_ptr();
     let memh = if md.attr().flags.contains(MdFlags::REG) {
-        // SAFETY: the heap vector lives in the Buffer next to the registration, which Buffer's
-        // field order drops first.
+        // SAFETY: the heap allocation lives in the Buffer next to the registration, which
+        // Buffer's field order drops first.
         unsafe { md.mem_reg(ptr, len, MemAccess::ALL) }.ok()
     } else {
         None

@@ -291,12 +291,6 @@ impl<R, U> TagMatcher<R, U> {
         Arrived::Unexpected(self.push_unexpected(tag, make_msg()))
     }
 
-    /// Looks for a receive matching `tag` without changing anything.
-    pub fn find_expected_mut(&mut self, tag: Tag) -> Option<&mut R> {
-        let i = self.find_expected(tag)?;
-        Some(&mut self.exp.get_mut(i).value)
-    }
-
     fn find_expected(&self, tag: Tag) -> Option<u32> {
         if self.exp_count == 0 {
             return None;

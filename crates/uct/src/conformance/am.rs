@@ -23,17 +23,9 @@ fn open(opts: &Options, scarce: bool, n: usize) -> Pair {
     Pair::open(opts, scarce, n).unwrap_or_else(|e| panic!("{}: cannot open a connected pair: {e}", opts.resource))
 }
 
+/// Waits for exactly one message on `id` (anything else on its way must not be there).
 fn expect_one(pair: &Pair, id: u8, what: &str) -> Vec<u8> {
-    let mut got = Vec::new();
-    pair.wait(what, || {
-        got.extend(pair.rx.take(id));
-        !got.is_empty()
-    });
-    // Anything else that was on its way must not be there either.
-    pair.worker.progress();
-    got.extend(pair.rx.take(id));
-    assert_eq!(got.len(), 1, "{what}: expected exactly one message, got {}", got.len());
-    got.pop().unwrap_or_default()
+    pair.collect_as(what, id, 1).pop().unwrap_or_default()
 }
 
 /// Active messages at sizes 0, 1 and the largest short/bcopy size arrive intact; one byte over

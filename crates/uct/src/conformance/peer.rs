@@ -182,6 +182,11 @@ impl LocalPeer {
         self.iface.borrow().clone().expect("the receiving interface was closed")
     }
 
+    /// True while [`Peer::hold`] is on.
+    fn held(&self) -> bool {
+        self.state.borrow().hold
+    }
+
     fn with_region<T>(&self, id: u32, f: impl FnOnce(&Region) -> T) -> T {
         let regions = self.regions.borrow();
         let r = regions.get(id as usize).and_then(|r| r.as_ref()).expect("no such region");
@@ -636,9 +641,9 @@ pub fn serve_agent() {
     });
     let worker = Worker::default();
     let mut peer: Option<LocalPeer> = None;
-    let mut held = false;
     let mut last = Instant::now();
     loop {
+        let held = peer.as_ref().is_some_and(LocalPeer::held);
         let line = match rx.try_recv() {
             Ok(l) => l,
             Err(mpsc::TryRecvError::Empty) => {
@@ -664,7 +669,7 @@ pub fn serve_agent() {
         if line.trim() == "BYE" {
             return;
         }
-        let answer = match serve_one(&worker, &mut peer, &mut held, &line) {
+        let answer = match serve_one(&worker, &mut peer, &line) {
             Ok(fields) => format!("OK {}", fields.join(" ")),
             Err(AgentError::Status(s)) => format!("ERR {}", s.code()),
             Err(AgentError::Bad(why)) => panic!("agent: bad request {line:?}: {why}"),
@@ -698,12 +703,7 @@ impl From<&str> for AgentError {
     }
 }
 
-fn serve_one(
-    worker: &Worker,
-    peer: &mut Option<LocalPeer>,
-    held: &mut bool,
-    line: &str,
-) -> Result<Vec<String>, AgentError> {
+fn serve_one(worker: &Worker, peer: &mut Option<LocalPeer>, line: &str) -> Result<Vec<String>, AgentError> {
     let f: Vec<&str> = line.split_whitespace().collect();
     let arg = |i: usize| f.get(i).copied().ok_or_else(|| format!("missing argument {i}"));
     let num = |i: usize| -> Result<usize, String> { arg(i)?.parse().map_err(|e| format!("argument {i}: {e}")) };
@@ -749,8 +749,7 @@ fn serve_one(
             vec![]
         }
         "HOLD" => {
-            *held = num(1)? == 1;
-            p.hold(*held);
+            p.hold(num(1)? == 1);
             vec![]
         }
         "REPLYTO" => {

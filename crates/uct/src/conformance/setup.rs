@@ -137,8 +137,13 @@ impl Pair {
     /// Progresses until the receiver collected `n` messages of `id` (see [`Pair::listen`]) and
     /// returns them in arrival order; panics if more arrive.
     pub fn collect(&self, id: u8, n: usize) -> Vec<Vec<u8>> {
+        self.collect_as(&format!("{n} messages on id {id}"), id, n)
+    }
+
+    /// [`Pair::collect`], naming the wait `what` in failures.
+    pub(crate) fn collect_as(&self, what: &str, id: u8, n: usize) -> Vec<Vec<u8>> {
         let mut got = Vec::new();
-        self.wait(&format!("{n} messages on id {id}"), || {
+        self.wait(what, || {
             got.extend(self.rx.take(id));
             got.len() >= n
         });
@@ -146,7 +151,7 @@ impl Pair {
             self.worker.progress();
         }
         got.extend(self.rx.take(id));
-        assert_eq!(got.len(), n, "messages on id {id}: more arrived than were sent");
+        assert_eq!(got.len(), n, "{what}: more messages on id {id} arrived than were sent");
         got
     }
 
