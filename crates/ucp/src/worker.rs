@@ -1,137 +1,655 @@
-//! The UCP worker (`ucp_worker_h`): a `uct` worker with one interface per selected resource,
-//! and the packed address peers connect to.
+//! The UCP worker (`ucp_worker_h`) and its thread modes, the tag receive API, and endpoints.
 //!
-//! This is the worker's core, used from one thread. The thread-mode wrapper (single /
-//! serialized / multi) and the protocol state come on top of it.
+//! A [`Worker`] is a cheap handle (`Clone + Send + Sync`) on a single-threaded core that owns
+//! the interfaces, endpoints and requests. The thread mode decides how the core is entered:
+//!
+//! * [`ThreadMode::Single`]: only the creating thread may use the worker; calls from any other
+//!   thread fail with `InvalidParam` (nothing is locked, nothing races);
+//! * [`ThreadMode::Serialized`] and [`ThreadMode::Multi`]: every call takes the worker's
+//!   re-entrant lock, so the worker may be used from several threads, concurrently in `Multi`
+//!   (callbacks run under the lock and may call the worker again).
+//!
+//! Nothing of the core (it is built on `Rc`) ever leaves it: the public types carry ids.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 
+use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
-use uct::{Iface, IfaceAttr, IfaceParams, Md, ProgressFlags};
 
-use crate::address::{IfaceRecord, WorkerAddress};
-use crate::config::TlUse;
-use crate::context::{Context, Resource};
+pub use ucs::ThreadMode;
 
-/// Parameters of [`Worker::new`].
+use crate::address::WorkerAddress;
+use crate::context::Context;
+use crate::core::Core;
+use crate::ep::EpInfo;
+use crate::mem::MemHandle;
+use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg};
+use crate::tag::proto::RecvOut;
+use crate::tag::Tag;
+
+/// Parameters of [`Worker::new`] (`ucp_worker_params_t`).
 #[derive(Clone, Debug, Default)]
 pub struct WorkerParams {
     /// A name for diagnostics (put in the address).
     pub name: String,
+    /// Thread mode.
+    pub thread_mode: ThreadMode,
 }
 
-/// One opened interface of the worker.
-pub struct WorkerIface {
-    /// The resource it was opened on.
-    pub resource: Resource,
-    /// Its memory domain.
-    pub md: Rc<dyn Md>,
-    /// The interface.
-    pub iface: Rc<dyn Iface>,
-    /// Its attributes, queried once.
-    pub attr: IfaceAttr,
+impl WorkerParams {
+    /// A worker called `name`, single-threaded.
+    pub fn new(name: &str) -> Self {
+        WorkerParams { name: name.into(), thread_mode: ThreadMode::Single }
+    }
+
+    /// Sets the thread mode.
+    pub fn thread_mode(mut self, mode: ThreadMode) -> Self {
+        self.thread_mode = mode;
+        self
+    }
 }
 
-/// A UCP worker.
-pub struct Worker {
+struct Shared {
+    mode: ThreadMode,
+    owner: usize,
+    lock: parking_lot::ReentrantMutex<()>,
+    core: Rc<Core>,
+    /// Immutable copies readable without entering.
+    address: Vec<u8>,
+    record: WorkerAddress,
     ctx: Context,
-    uct: uct::Worker,
-    ifaces: Vec<WorkerIface>,
-    address: WorkerAddress,
-    packed: Vec<u8>,
 }
 
-/// A worker id unique across processes on this machine and, with high probability, beyond.
-fn new_uuid() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let t = ucs::time::now();
-    let mut x = (std::process::id() as u64) << 32 ^ t ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(48);
-    // splitmix64 finaliser: spreads the bits.
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+// SAFETY: the `Rc` graph inside `core` is only touched by a thread that entered the worker:
+// in Single mode only the creating thread (checked on every entry), otherwise under the
+// re-entrant lock, so no two threads touch it at once. The last handle's drop destroys it with
+// no other handle left. The other fields are immutable after creation.
+unsafe impl Send for Shared {}
+// SAFETY: as above; shared references only read immutable fields or enter first.
+unsafe impl Sync for Shared {}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Requests may hold callbacks and buffers; endpoints hold transport endpoints. Drop
+        // them before the interfaces (the core's fields drop after this).
+        let eps = std::mem::take(&mut *self.core.eps.borrow_mut());
+        drop(eps);
+    }
+}
+
+/// A per-thread address, cheap to read: tells threads apart.
+#[inline]
+fn thread_mark() -> usize {
+    thread_local!(static MARK: u8 = const { 0 });
+    MARK.with(|m| m as *const u8 as usize)
+}
+
+/// Entered state: the lock guard when there is one.
+struct Entered<'a> {
+    _guard: Option<parking_lot::ReentrantMutexGuard<'a, ()>>,
+    core: &'a Core,
+}
+
+/// A UCP worker. Clones are handles on the same worker.
+#[derive(Clone)]
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("name", &self.shared.record.name)
+            .field("uuid", &format_args!("{:#x}", self.shared.record.uuid))
+            .field("thread_mode", &self.shared.mode)
+            .finish()
+    }
 }
 
 impl Worker {
     /// Opens an interface on every resource of `ctx` (resources that fail to open are skipped
     /// with a warning; none at all is `NoDevice`) and builds the worker's address.
     pub fn new(ctx: &Context, params: &WorkerParams) -> UcsResult<Worker> {
-        let uct = uct::Worker::default();
-        let mut ifaces = Vec::new();
-        for r in ctx.resources() {
-            let opened = uct::component(r.desc.component).and_then(|c| {
-                let md = c.md_open(&r.desc.md_name)?;
-                let iface: Rc<dyn Iface> =
-                    md.iface_open(&uct, &IfaceParams::new(&r.desc.tl.tl_name, &r.desc.tl.dev_name))?.into();
-                Ok((md, iface))
-            });
-            match opened {
-                Ok((md, iface)) => {
-                    iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
-                    let attr = iface.attr().clone();
-                    ifaces.push(WorkerIface { resource: r.clone(), md, iface, attr });
+        let core = Core::new(ctx, &params.name)?;
+        let address = core.packed.clone();
+        let record = core.address.clone();
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                mode: params.thread_mode,
+                owner: thread_mark(),
+                lock: parking_lot::ReentrantMutex::new(()),
+                core,
+                address,
+                record,
+                ctx: ctx.clone(),
+            }),
+        })
+    }
+
+    #[inline]
+    fn enter(&self) -> UcsResult<Entered<'_>> {
+        let s = &*self.shared;
+        match s.mode {
+            ThreadMode::Single => {
+                if thread_mark() != s.owner {
+                    tracing::error!(
+                        "ucp worker '{}' is single-threaded and was called from another thread; \
+                         create it with ThreadMode::Serialized or Multi",
+                        s.record.name
+                    );
+                    return Err(Status::InvalidParam);
                 }
-                Err(e) => tracing::warn!("{}: cannot open an interface: {e}", r.desc.tl.full_name()),
+                Ok(Entered { _guard: None, core: &s.core })
             }
+            ThreadMode::Serialized | ThreadMode::Multi => Ok(Entered { _guard: Some(s.lock.lock()), core: &s.core }),
         }
-        if !ifaces.iter().any(|i| i.resource.usage == TlUse::Full) {
-            tracing::error!("ucp worker: no interface could be opened");
-            return Err(Status::NoDevice);
+    }
+
+    /// The thread mode.
+    pub fn thread_mode(&self) -> ThreadMode {
+        self.shared.mode
+    }
+
+    /// Progresses every interface and the protocols once; returns the number of events.
+    #[inline]
+    pub fn progress(&self) -> usize {
+        match self.enter() {
+            Ok(e) => e.core.progress(),
+            Err(_) => 0,
         }
-        let address = WorkerAddress {
-            uuid: new_uuid(),
-            name: params.name.chars().take(64).collect(),
-            ifaces: ifaces.iter().map(record_of).collect(),
-        };
-        let packed = address.pack()?;
-        Ok(Worker { ctx: ctx.clone(), uct, ifaces, address, packed })
     }
 
     /// The packed address to give peers.
     pub fn address(&self) -> &[u8] {
-        &self.packed
+        &self.shared.address
     }
 
     /// The worker's own address, unpacked.
     pub fn address_record(&self) -> &WorkerAddress {
-        &self.address
+        &self.shared.record
     }
 
     /// Unique id of this worker.
     pub fn uuid(&self) -> u64 {
-        self.address.uuid
-    }
-
-    /// The opened interfaces, in the order of the address records.
-    pub fn ifaces(&self) -> &[WorkerIface] {
-        &self.ifaces
+        self.shared.record.uuid
     }
 
     /// The context.
     pub fn context(&self) -> &Context {
-        &self.ctx
+        &self.shared.ctx
     }
 
-    /// Progresses every interface once; returns the number of events.
-    pub fn progress(&self) -> usize {
-        self.uct.progress()
+    /// Creates an endpoint to the worker whose packed address is `address` (`ucp_ep_create`).
+    /// Sends may start at once; they are queued until wireup completes.
+    pub fn ep_create(&self, address: &[u8]) -> UcsResult<Endpoint> {
+        let e = self.enter()?;
+        let id = e.core.ep_create(address)?;
+        Ok(Endpoint { worker: self.clone(), id })
+    }
+
+    /// Posts a tagged receive (`ucp_tag_recv_nbx`): a message matches when
+    /// `(sender_tag ^ tag) & mask == 0`.
+    ///
+    /// # Safety
+    /// The receive buffer (every iov entry) must stay valid and must not be accessed until the
+    /// request completes (a cancelled receive completes with `Canceled`).
+    pub unsafe fn tag_recv_nbx(
+        &self,
+        data: RecvData<'_>,
+        tag: Tag,
+        mask: Tag,
+        param: RequestParam,
+    ) -> UcsResult<RecvResult<'_>> {
+        let e = self.enter()?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param)? };
+        Ok(self.recv_result(out))
+    }
+
+    fn recv_result(&self, out: RecvOut) -> RecvResult<'_> {
+        match out {
+            RecvOut::Done(i) => RecvResult::Done(i),
+            RecvOut::Req(id) => RecvResult::Pending(Request { worker: self, id }),
+        }
+    }
+
+    /// Receives into an owned buffer; resolves to the buffer and what arrived. Dropping the
+    /// future before it resolves cancels the receive; a receive whose data is already on its
+    /// way keeps the buffer inside the worker until the transport is done with it.
+    pub fn tag_recv<B>(&self, buf: B, tag: Tag, mask: Tag) -> RecvFuture<B>
+    where
+        B: AsMut<[u8]> + Send + 'static,
+    {
+        let mut boxed = Box::new(buf);
+        let s = boxed.as_mut().as_mut();
+        let seg = Seg { ptr: s.as_mut_ptr(), len: s.len() };
+        let r = self.enter().and_then(|e| {
+            // SAFETY: the buffer is boxed and handed to the worker below before any data can
+            // arrive into it from progress; the worker frees or returns it only once the
+            // request completed.
+            unsafe { e.core.tag_recv(Buf::Contig(seg), tag, mask, RequestParam::new()) }
+        });
+        let state = match r {
+            Ok(RecvOut::Done(info)) => FutState::Ready(Some(*boxed), Ok(info)),
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(RecvOut::Req(id)) => {
+                self.give(id, boxed);
+                FutState::Pending(id)
+            }
+        };
+        RecvFuture { worker: self.clone(), state }
+    }
+
+    /// Hands an owned buffer to request `id`.
+    fn give<B: Send + 'static>(&self, id: Id, b: Box<B>) {
+        if let Ok(e) = self.enter() {
+            if let Some(r) = e.core.reqs.borrow_mut().get_mut(id) {
+                r.owned = Some(b);
+                return;
+            }
+        }
+        // The request vanished (cannot happen while we hold its id): keep the buffer alive
+        // forever rather than risk a late write into freed memory.
+        std::mem::forget(b);
+    }
+
+    /// Takes the owned buffer back from a completed request and frees the request.
+    fn take_back<B: 'static>(&self, id: Id) -> (Option<B>, Status, RecvInfo) {
+        let Ok(e) = self.enter() else { return (None, Status::InvalidParam, RecvInfo::default()) };
+        let (status, info) = e.core.req_status(id);
+        let owned = e.core.reqs.borrow_mut().get_mut(id).and_then(|r| r.owned.take());
+        e.core.req_release(id);
+        let b = owned.and_then(|o| o.downcast::<B>().ok()).map(|b| *b);
+        (b, status, info)
+    }
+
+    /// Looks for an unexpected message matching `(tag, mask)` (`ucp_tag_probe_nb`). With
+    /// `remove`, the message is taken out for [`Worker::tag_msg_recv_nbx`].
+    pub fn tag_probe(&self, tag: Tag, mask: Tag, remove: bool) -> Option<(RecvInfo, Option<Message>)> {
+        let e = self.enter().ok()?;
+        e.core.progress();
+        let (info, id) = e.core.probe(tag, mask, remove)?;
+        Some((info, id.map(|id| Message { id })))
+    }
+
+    /// Receives a message taken out by [`Worker::tag_probe`] (`ucp_tag_msg_recv_nbx`).
+    ///
+    /// # Safety
+    /// As [`Worker::tag_recv_nbx`].
+    pub unsafe fn tag_msg_recv_nbx(
+        &self,
+        data: RecvData<'_>,
+        msg: Message,
+        param: RequestParam,
+    ) -> UcsResult<RecvResult<'_>> {
+        let e = self.enter()?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { e.core.msg_recv(data.into_buf()?, msg.id, param)? };
+        Ok(self.recv_result(out))
+    }
+
+    /// Registers memory for zero-copy protocols (`ucp_mem_map`).
+    ///
+    /// # Safety
+    /// The region must stay mapped until [`Worker::mem_unmap`].
+    pub unsafe fn mem_map(&self, addr: *mut u8, len: usize) -> UcsResult<MemHandle> {
+        let e = self.enter()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { e.core.mem_map(addr, len) }
+    }
+
+    /// Releases a registration (`ucp_mem_unmap`).
+    pub fn mem_unmap(&self, h: MemHandle) -> UcsResult<()> {
+        self.enter()?.core.mem_unmap(h)
+    }
+
+    pub(crate) fn request_status(&self, id: Id) -> (Status, RecvInfo) {
+        match self.enter() {
+            Ok(e) => e.core.req_status(id),
+            Err(s) => (s, RecvInfo::default()),
+        }
+    }
+
+    pub(crate) fn request_cancel(&self, id: Id) {
+        if let Ok(e) = self.enter() {
+            e.core.req_cancel(id);
+        }
+    }
+
+    pub(crate) fn request_release(&self, id: Id) {
+        if let Ok(e) = self.enter() {
+            e.core.req_release(id);
+        }
+    }
+
+    fn register_waker(&self, id: Id, w: &std::task::Waker) {
+        if let Ok(e) = self.enter() {
+            if let Some(r) = e.core.reqs.borrow_mut().get_mut(id) {
+                match &r.waker {
+                    Some(old) if old.will_wake(w) => {}
+                    _ => r.waker = Some(w.clone()),
+                }
+            }
+        }
+    }
+
+    /// Counts of the worker's tables, for tests and diagnostics: (endpoints, requests,
+    /// unexpected messages, posted receives).
+    pub fn stats(&self) -> (usize, usize, usize, usize) {
+        match self.enter() {
+            Ok(e) => {
+                let tm = e.core.tm.borrow();
+                (e.core.eps.borrow().len(), e.core.reqs.borrow().len(), tm.unexpected_len(), tm.expected_len())
+            }
+            Err(_) => (0, 0, 0, 0),
+        }
+    }
+
+    /// Names of the interfaces, in address order (`transport/device`).
+    pub fn iface_names(&self) -> Vec<String> {
+        self.shared.record.ifaces.iter().map(|r| format!("{}/{}", r.tl_name, r.dev_name)).collect()
     }
 }
 
-fn record_of(i: &WorkerIface) -> IfaceRecord {
-    let a = &i.attr;
-    let bw = a.bandwidth.dedicated + a.bandwidth.shared;
-    IfaceRecord {
-        tl_name: i.resource.desc.tl.tl_name.clone(),
-        dev_name: i.resource.desc.tl.dev_name.clone(),
-        dev_type: i.resource.desc.tl.dev_type,
-        flags: a.flags,
-        latency_ns: (a.latency.c * 1e9).max(0.0),
-        // A transport without a model still gets a positive bandwidth.
-        bandwidth: if bw.is_finite() && bw > 0.0 { bw } else { 1.0 },
-        overhead_ns: (a.overhead * 1e9).max(0.0),
-        dev_addr: i.iface.device_address(),
-        iface_addr: i.iface.iface_address(),
+/// A message taken out of the unexpected queue by [`Worker::tag_probe`].
+#[derive(Debug)]
+pub struct Message {
+    id: Id,
+}
+
+/// Receive buffer of the raw API.
+#[derive(Debug)]
+pub enum RecvData<'a> {
+    /// One buffer.
+    Contig(&'a mut [u8]),
+    /// Scattered buffers (`ucp_dt_iov_t`).
+    Iov(&'a [IoVec]),
+}
+
+impl RecvData<'_> {
+    fn into_buf(self) -> UcsResult<Buf> {
+        Ok(match self {
+            RecvData::Contig(s) => Buf::Contig(Seg { ptr: s.as_mut_ptr(), len: s.len() }),
+            RecvData::Iov(v) => iov_buf(v)?,
+        })
+    }
+}
+
+/// Send buffer of the raw API.
+#[derive(Debug)]
+pub enum SendData<'a> {
+    /// One buffer.
+    Contig(&'a [u8]),
+    /// Gathered buffers (`ucp_dt_iov_t`).
+    Iov(&'a [IoVec]),
+}
+
+impl SendData<'_> {
+    fn into_buf(self) -> UcsResult<Buf> {
+        Ok(match self {
+            SendData::Contig(s) => Buf::Contig(Seg { ptr: s.as_ptr() as *mut u8, len: s.len() }),
+            SendData::Iov(v) => iov_buf(v)?,
+        })
+    }
+}
+
+fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
+    let mut total = 0usize;
+    for x in v {
+        if x.buffer.is_null() && x.length != 0 {
+            tracing::error!("iov entry with a null buffer and length {}", x.length);
+            return Err(Status::InvalidParam);
+        }
+        total = total.checked_add(x.length).ok_or_else(|| {
+            tracing::error!("iov lengths overflow");
+            Status::InvalidParam
+        })?;
+    }
+    Ok(Buf::Iov(v.iter().map(|x| Seg { ptr: x.buffer, len: x.length }).collect()))
+}
+
+/// Outcome of a receive: completed at once, or a request.
+#[derive(Debug)]
+pub enum RecvResult<'w> {
+    /// Completed at once (no callback).
+    Done(RecvInfo),
+    /// In progress.
+    Pending(Request<'w>),
+}
+
+impl RecvResult<'_> {
+    /// Waits for completion (progressing the worker).
+    pub fn wait(self) -> Result<RecvInfo, Status> {
+        match self {
+            RecvResult::Done(i) => Ok(i),
+            RecvResult::Pending(r) => r.wait(),
+        }
+    }
+}
+
+/// How [`Endpoint::close`] ends an endpoint (`UCP_EP_CLOSE_MODE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Outstanding operations finish and the transports flush first.
+    Flush,
+    /// Outstanding operations complete with `Canceled` now.
+    Force,
+}
+
+/// An endpoint (`ucp_ep_h`). Clones name the same endpoint; it lives until
+/// [`Endpoint::close`] or until the worker goes.
+#[derive(Clone)]
+pub struct Endpoint {
+    worker: Worker,
+    id: Id,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("id", &self.id).finish()
+    }
+}
+
+impl Endpoint {
+    /// The worker.
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
+    /// Sends a tagged message (`ucp_tag_send_nbx`). `Ok(None)`: completed at once.
+    ///
+    /// # Safety
+    /// The send buffer (every iov entry) must stay valid and unmodified until the request
+    /// completes.
+    pub unsafe fn tag_send_nbx(&self, data: SendData<'_>, tag: Tag, param: RequestParam) -> UcsResult<Option<Request<'_>>> {
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, false, param)? };
+        Ok(r.map(|id| Request { worker: &self.worker, id }))
+    }
+
+    /// Synchronous send (`ucp_tag_send_sync_nbx`): completes once the receiver matched it.
+    ///
+    /// # Safety
+    /// As [`Endpoint::tag_send_nbx`].
+    pub unsafe fn tag_send_sync_nbx(
+        &self,
+        data: SendData<'_>,
+        tag: Tag,
+        param: RequestParam,
+    ) -> UcsResult<Option<Request<'_>>> {
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, true, param)? };
+        Ok(r.map(|id| Request { worker: &self.worker, id }))
+    }
+
+    /// Sends `data` and progresses the worker until the send completed.
+    pub fn tag_send_blocking(&self, data: &[u8], tag: Tag) -> UcsResult<()> {
+        // SAFETY: `data` stays borrowed until the request completed (the wait below).
+        match unsafe { self.tag_send_nbx(SendData::Contig(data), tag, RequestParam::new())? } {
+            None => Ok(()),
+            Some(r) => r.wait().map(|_| ()),
+        }
+    }
+
+    /// Sends an owned buffer; resolves to the buffer and the outcome.
+    pub fn tag_send<B: AsRef<[u8]> + Send + 'static>(&self, buf: B, tag: Tag) -> SendFuture<B> {
+        self.send_owned(buf, tag, false)
+    }
+
+    /// Synchronous send of an owned buffer: resolves once the receiver matched it.
+    pub fn tag_send_sync<B: AsRef<[u8]> + Send + 'static>(&self, buf: B, tag: Tag) -> SendFuture<B> {
+        self.send_owned(buf, tag, true)
+    }
+
+    fn send_owned<B: AsRef<[u8]> + Send + 'static>(&self, buf: B, tag: Tag, sync: bool) -> SendFuture<B> {
+        let boxed = Box::new(buf);
+        let s = boxed.as_ref().as_ref();
+        let seg = Seg { ptr: s.as_ptr() as *mut u8, len: s.len() };
+        let r = self.worker.enter().and_then(|e| {
+            // SAFETY: the buffer is boxed and handed to the worker below; it is returned or
+            // freed only after the request completed.
+            unsafe { e.core.tag_send(self.id, Buf::Contig(seg), tag, sync, RequestParam::new()) }
+        });
+        let state = match r {
+            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: seg.len, sender_tag: tag })),
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(Some(id)) => {
+                self.worker.give(id, boxed);
+                FutState::Pending(id)
+            }
+        };
+        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+    }
+
+    /// Names the transport of each lane (`ucp_ep_query`).
+    pub fn query(&self) -> UcsResult<EpInfo> {
+        self.worker.enter()?.core.ep_query(self.id)
+    }
+
+    /// Starts closing (`ucp_ep_close_nbx`); the request completes when the endpoint is gone.
+    pub fn close_nbx(&self, mode: CloseMode) -> UcsResult<Request<'_>> {
+        let e = self.worker.enter()?;
+        let force = mode == CloseMode::Force;
+        let rid = e.core.req_new(
+            ReqKind::Close(crate::request::CloseReq { ep: self.id }),
+            None,
+        );
+        e.core.ep_close(self.id, force, rid);
+        Ok(Request { worker: &self.worker, id: rid })
+    }
+
+    /// Closes and waits.
+    pub fn close(self, mode: CloseMode) -> UcsResult<()> {
+        self.close_nbx(mode)?.wait().map(|_| ())
+    }
+}
+
+enum FutState<B> {
+    Ready(Option<B>, Result<RecvInfo, Status>),
+    Pending(Id),
+    Gone,
+}
+
+/// A receive into an owned buffer; resolves to `(buffer, outcome)`. Polling progresses the
+/// worker once; while pending it asks to be polled again at once (busy polling), so it runs
+/// under any executor without a separate progress task.
+pub struct RecvFuture<B: 'static> {
+    worker: Worker,
+    state: FutState<B>,
+}
+
+impl<B: 'static> Unpin for RecvFuture<B> {}
+
+impl<B: 'static> Future for RecvFuture<B> {
+    type Output = (B, Result<RecvInfo, Status>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        match std::mem::replace(&mut self.state, FutState::Gone) {
+            FutState::Ready(Some(b), r) => Poll::Ready((b, r)),
+            FutState::Pending(id) => {
+                let (status, _) = self.worker.request_status(id);
+                let status = if status == Status::InProgress {
+                    self.worker.progress();
+                    self.worker.request_status(id).0
+                } else {
+                    status
+                };
+                if status == Status::InProgress {
+                    self.worker.register_waker(id, cx.waker());
+                    self.state = FutState::Pending(id);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                let (b, status, info) = self.worker.take_back::<B>(id);
+                match b {
+                    Some(b) => Poll::Ready((b, if status.is_err() { Err(status) } else { Ok(info) })),
+                    None => {
+                        // Only if the worker refused entry (wrong thread): nothing to return.
+                        self.state = FutState::Gone;
+                        Poll::Pending
+                    }
+                }
+            }
+            FutState::Ready(None, _) | FutState::Gone => Poll::Pending,
+        }
+    }
+}
+
+impl<B: 'static> Drop for RecvFuture<B> {
+    fn drop(&mut self) {
+        if let FutState::Pending(id) = self.state {
+            // Cancel a receive still waiting for a match; anything further along keeps its
+            // buffer inside the worker until the transport is done.
+            self.worker.request_cancel(id);
+            self.worker.request_release(id);
+        }
+    }
+}
+
+/// A send of an owned buffer; resolves to `(buffer, outcome)`. Dropping it does not stop the
+/// send: the worker keeps the buffer until the transport is done with it.
+pub struct SendFuture<B: 'static> {
+    inner: RecvFuture<B>,
+}
+
+impl<B: 'static> Future for SendFuture<B> {
+    type Output = (B, Result<(), Status>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.inner).poll(cx).map(|(b, r)| (b, r.map(|_| ())))
+    }
+}
+
+impl<B: 'static> Drop for SendFuture<B> {
+    fn drop(&mut self) {
+        if let FutState::Pending(id) = self.inner.state {
+            self.inner.state = FutState::Gone;
+            self.inner.worker.request_release(id);
+        }
+    }
+}
+
+/// Runs a future to completion on this thread (a minimal executor for examples and tests).
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
+    let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
+    let mut cx = TaskContext::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
     }
 }

@@ -291,6 +291,14 @@ impl<R, U> TagMatcher<R, U> {
         Arrived::Unexpected(self.push_unexpected(tag, make_msg()))
     }
 
+    /// A message tagged `tag` arrived: removes and returns the earliest-posted matching
+    /// receive, if any (the caller queues the message as unexpected otherwise).
+    #[inline]
+    pub fn take_expected(&mut self, tag: Tag) -> Option<R> {
+        let i = self.find_expected(tag)?;
+        Some(self.remove_expected(i))
+    }
+
     fn find_expected(&self, tag: Tag) -> Option<u32> {
         if self.exp_count == 0 {
             return None;

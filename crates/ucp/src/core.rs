@@ -1,0 +1,518 @@
+//! The worker's single-threaded core: interfaces, endpoints, requests, the tag matcher, and the
+//! dispatch of UCP's active messages.
+//!
+//! Re-entrancy rules (the loop-back transport delivers inside the send call, and callbacks may
+//! send): no `RefCell` borrow is held across a uct send, a uct progress call, or a user
+//! callback. State is split into several cells so each operation borrows only what it needs,
+//! briefly.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::{Rc, Weak};
+
+use ucs::idtable::{Id, IdTable};
+use ucs::{Outcome, Status, UcsResult};
+use uct::{AmRecv, Iface, IfaceAttr, IfaceParams, Md, ProgressFlags};
+
+use crate::address::{IfaceRecord, WorkerAddress};
+use crate::config::TlUse;
+use crate::context::{Context, Resource};
+use crate::ep::{Ep, EpStatus, Pending};
+use crate::request::{Callback, RecvInfo, ReqKind, ReqState};
+use crate::tag::{Tag, TagMatcher, UnexpHandle};
+use crate::wire::{self, Reader};
+
+/// One opened interface of the worker.
+pub struct WorkerIface {
+    /// The resource it was opened on.
+    pub resource: Resource,
+    /// Its memory domain.
+    pub md: Rc<dyn Md>,
+    /// The interface.
+    pub iface: Rc<dyn Iface>,
+    /// Its attributes, queried once.
+    pub attr: IfaceAttr,
+}
+
+/// A rendezvous request to send, as received.
+#[derive(Debug)]
+pub(crate) struct Rts {
+    pub ep: u64,
+    pub sreq: u64,
+    pub size: usize,
+    pub addr: u64,
+    pub rkey: Vec<u8>,
+    /// The sender's buffer is contiguous.
+    pub contig: bool,
+}
+
+/// An unexpected message.
+pub(crate) enum Unexp {
+    /// A whole eager message kept in its transport buffer (`offset` skips the header).
+    Eager { desc: uct::AmDesc, offset: usize, sync: Option<(u64, u64)> },
+    /// A multi-fragment eager message, possibly still arriving.
+    Frag { key: (u64, u64), total: usize, data: Vec<u8>, sync: Option<(u64, u64)> },
+    /// A rendezvous request.
+    Rts(Rts),
+}
+
+impl Unexp {
+    /// Length the sender sent.
+    pub fn length(&self) -> usize {
+        match self {
+            Unexp::Eager { desc, offset, .. } => desc.len() - offset,
+            Unexp::Frag { total, .. } => *total,
+            Unexp::Rts(r) => r.size,
+        }
+    }
+}
+
+/// Where the fragments of a multi-fragment message go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FragTarget {
+    Unexp(UnexpHandle),
+    Probed(Id),
+    Req(Id),
+}
+
+/// Matching of endpoints created towards each other (by remote uuid and connection number).
+#[derive(Default)]
+pub(crate) struct ConnMatch {
+    /// Next connection number per remote worker.
+    pub next_sn: HashMap<u64, u32>,
+    /// Endpoints the user created, waiting for the peer's request.
+    pub expected: HashMap<(u64, u32), Id>,
+    /// Endpoints a peer's request created, not yet claimed by a local create.
+    pub unexpected: HashMap<(u64, u32), Id>,
+}
+
+/// A registration made by `Worker::mem_map`: one handle per interface that needs one.
+pub(crate) struct MemMap {
+    pub addr: usize,
+    pub len: usize,
+    pub regs: Vec<Option<uct::MemH>>,
+}
+
+/// The core.
+pub(crate) struct Core {
+    pub ctx: Context,
+    pub uct: uct::Worker,
+    pub ifaces: Vec<WorkerIface>,
+    pub address: WorkerAddress,
+    pub packed: Vec<u8>,
+    pub weak: Weak<Core>,
+    pub eps: RefCell<IdTable<Option<Rc<Ep>>>>,
+    pub reqs: RefCell<IdTable<ReqState>>,
+    pub tm: RefCell<TagMatcher<Id, Unexp>>,
+    pub frags: RefCell<HashMap<(u64, u64), FragTarget>>,
+    pub probed: RefCell<IdTable<(Tag, Unexp)>>,
+    pub conn: RefCell<ConnMatch>,
+    /// Endpoints with queued operations to retry from progress.
+    pub pending_eps: RefCell<Vec<Id>>,
+    /// Close requests being flushed.
+    pub closing: RefCell<Vec<Id>>,
+    pub next_msg_id: Cell<u64>,
+    pub mems: RefCell<IdTable<MemMap>>,
+}
+
+/// A worker id unique across processes on this machine and, with high probability, beyond.
+pub(crate) fn new_uuid() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = ucs::time::now();
+    let mut x = (std::process::id() as u64) << 32 ^ t ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(48);
+    // splitmix64 finaliser: spreads the bits.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn record_of(i: &WorkerIface) -> IfaceRecord {
+    let a = &i.attr;
+    let bw = a.bandwidth.dedicated + a.bandwidth.shared;
+    IfaceRecord {
+        tl_name: i.resource.desc.tl.tl_name.clone(),
+        dev_name: i.resource.desc.tl.dev_name.clone(),
+        dev_type: i.resource.desc.tl.dev_type,
+        flags: a.flags,
+        latency_ns: (a.latency.c * 1e9).max(0.0),
+        // A transport without a model still gets a positive bandwidth.
+        bandwidth: if bw.is_finite() && bw > 0.0 { bw } else { 1.0 },
+        overhead_ns: (a.overhead * 1e9).max(0.0),
+        dev_addr: i.iface.device_address(),
+        iface_addr: i.iface.iface_address(),
+    }
+}
+
+impl Core {
+    /// Opens an interface on every resource of `ctx` and builds the address.
+    pub fn new(ctx: &Context, name: &str) -> UcsResult<Rc<Core>> {
+        let mut result = Ok(());
+        let core = Rc::new_cyclic(|weak: &Weak<Core>| {
+            let uct = uct::Worker::default();
+            let mut ifaces = Vec::new();
+            for r in ctx.resources() {
+                let w = weak.clone();
+                let err: uct::ErrHandler = Rc::new(move |user_data, status| {
+                    if let Some(core) = w.upgrade() {
+                        core.on_ep_error(Id::from_raw(user_data), status);
+                    }
+                });
+                let opened = uct::component(r.desc.component).and_then(|c| {
+                    let md = c.md_open(&r.desc.md_name)?;
+                    let mut params = IfaceParams::new(&r.desc.tl.tl_name, &r.desc.tl.dev_name);
+                    params.err_handler = Some(err);
+                    let iface: Rc<dyn Iface> = md.iface_open(&uct, &params)?.into();
+                    Ok((md, iface))
+                });
+                match opened {
+                    Ok((md, iface)) => {
+                        iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+                        let attr = iface.attr().clone();
+                        if attr.flags.contains(uct::IfaceFlags::AM_BCOPY) {
+                            for id in wire::ALL_AM_IDS {
+                                let w = weak.clone();
+                                let h: uct::AmHandler = Rc::new(move |m: AmRecv<'_>| {
+                                    if let Some(core) = w.upgrade() {
+                                        core.on_am(id, m);
+                                    }
+                                });
+                                if let Err(e) = iface.set_am_handler(id, Some(h)) {
+                                    tracing::warn!("{}: cannot set AM handler {id}: {e}", r.desc.tl.full_name());
+                                }
+                            }
+                        }
+                        ifaces.push(WorkerIface { resource: r.clone(), md, iface, attr });
+                    }
+                    Err(e) => tracing::warn!("{}: cannot open an interface: {e}", r.desc.tl.full_name()),
+                }
+            }
+            if !ifaces.iter().any(|i| i.resource.usage == TlUse::Full) {
+                tracing::error!("ucp worker: no interface could be opened");
+                result = Err(Status::NoDevice);
+            }
+            let address = WorkerAddress {
+                uuid: new_uuid(),
+                name: name.chars().take(64).collect(),
+                ifaces: ifaces.iter().map(record_of).collect(),
+            };
+            let packed = match address.pack() {
+                Ok(p) => p,
+                Err(e) => {
+                    result = Err(e);
+                    Vec::new()
+                }
+            };
+            Core {
+                ctx: ctx.clone(),
+                uct,
+                ifaces,
+                packed,
+                weak: weak.clone(),
+                eps: RefCell::new(IdTable::new()),
+                reqs: RefCell::new(IdTable::new()),
+                tm: RefCell::new(TagMatcher::new()),
+                frags: RefCell::new(HashMap::new()),
+                probed: RefCell::new(IdTable::new()),
+                conn: RefCell::new(ConnMatch::default()),
+                pending_eps: RefCell::new(Vec::new()),
+                closing: RefCell::new(Vec::new()),
+                next_msg_id: Cell::new(address.uuid.rotate_left(17)),
+                mems: RefCell::new(IdTable::new()),
+                address,
+            }
+        });
+        result.map(|()| core)
+    }
+
+    /// Progresses the interfaces, then retries queued operations and pending closes.
+    pub fn progress(&self) -> usize {
+        let mut n = self.uct.progress();
+        if !self.pending_eps.borrow().is_empty() {
+            n += self.progress_pending();
+        }
+        if !self.closing.borrow().is_empty() {
+            n += self.progress_closing();
+        }
+        n
+    }
+
+    /// The endpoint `id`, if it exists.
+    #[inline]
+    pub fn ep(&self, id: Id) -> Option<Rc<Ep>> {
+        self.eps.borrow().get(id).and_then(|e| e.clone())
+    }
+
+    /// The endpoint named by a peer's header, or a warning.
+    pub fn ep_from_wire(&self, raw: u64, what: &str) -> Option<Rc<Ep>> {
+        let ep = self.ep(Id::from_raw(raw));
+        if ep.is_none() {
+            tracing::warn!("{what}: no endpoint with id {raw:#x}; message dropped");
+        }
+        ep
+    }
+
+    /// A fresh message id for multi-fragment sends.
+    pub fn msg_id(&self) -> u64 {
+        let v = self.next_msg_id.get();
+        self.next_msg_id.set(v.wrapping_add(1));
+        v
+    }
+
+    // ---- requests ---------------------------------------------------------------------------
+
+    /// Registers a request; returns its id.
+    pub fn req_new(&self, kind: ReqKind, callback: Option<Callback>) -> Id {
+        self.reqs.borrow_mut().insert(ReqState::new(kind, callback))
+    }
+
+    /// Completes request `id` with `status` (once; later calls are ignored), runs its callback
+    /// and wakes its future. Nothing is borrowed while they run.
+    pub fn finish(&self, id: Id, status: Status) {
+        let (cb, waker, info, dropped) = {
+            let mut reqs = self.reqs.borrow_mut();
+            let Some(r) = reqs.get_mut(id) else { return };
+            if r.status != Status::InProgress {
+                return;
+            }
+            r.status = status;
+            let kind = std::mem::replace(&mut r.kind, ReqKind::Done);
+            let cb = r.callback.take();
+            let waker = r.waker.take();
+            let info = r.info;
+            let dropped = if r.released { reqs.remove(id).and_then(|r| r.owned) } else { None };
+            (cb, waker, info, (kind, dropped))
+        };
+        drop(dropped);
+        if let Some(cb) = cb {
+            cb(status, info);
+        }
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Status and receive info of a request.
+    pub fn req_status(&self, id: Id) -> (Status, RecvInfo) {
+        match self.reqs.borrow().get(id) {
+            Some(r) => (r.status, r.info),
+            None => (Status::NoElem, RecvInfo::default()),
+        }
+    }
+
+    /// The user dropped the handle: free now if complete, else when it completes.
+    pub fn req_release(&self, id: Id) {
+        let dropped = {
+            let mut reqs = self.reqs.borrow_mut();
+            match reqs.get_mut(id) {
+                Some(r) if r.status != Status::InProgress => reqs.remove(id),
+                Some(r) => {
+                    r.released = true;
+                    r.waker = None;
+                    None
+                }
+                None => None,
+            }
+        };
+        drop(dropped);
+    }
+
+    /// Cancels a posted receive that has not matched.
+    pub fn req_cancel(&self, id: Id) {
+        let handle = match self.reqs.borrow_mut().get_mut(id) {
+            Some(ReqState { kind: ReqKind::Recv(r), .. }) => r.posted.take(),
+            _ => None,
+        };
+        if let Some(h) = handle {
+            if self.tm.borrow_mut().cancel(h).is_some() {
+                self.finish(id, Status::Canceled);
+            }
+        }
+    }
+
+    // ---- sending helpers ---------------------------------------------------------------------
+
+    /// Sends a control message packed by `pack` on the endpoint's AM lane, or queues it.
+    pub fn send_ctrl(&self, ep: &Rc<Ep>, ctrl: crate::ep::Ctrl) {
+        if ep.pending.borrow().is_empty() && matches!(ep.status.get(), EpStatus::Connecting | EpStatus::Connected) {
+            match self.try_ctrl(ep, &ctrl) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("ucp: sending {} failed: {e}", ctrl.name());
+                    return;
+                }
+            }
+        }
+        self.queue(ep, Pending::Ctrl(ctrl));
+    }
+
+    /// One attempt; `Ok(false)` is "no resources, retry".
+    pub fn try_ctrl(&self, ep: &Ep, ctrl: &crate::ep::Ctrl) -> UcsResult<bool> {
+        let r = ep.am().am_bcopy(ctrl.am_id(), &mut |buf| ctrl.pack(buf), uct::SendFlags::empty());
+        match r {
+            Ok(Outcome::NoResource) => Ok(false),
+            Ok(_) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Queues an operation on an endpoint, to be retried from progress.
+    pub fn queue(&self, ep: &Rc<Ep>, p: Pending) {
+        let was_empty = {
+            let mut q = ep.pending.borrow_mut();
+            let e = q.is_empty();
+            q.push_back(p);
+            e
+        };
+        if was_empty {
+            self.pending_eps.borrow_mut().push(ep.id.get());
+        }
+    }
+
+    /// Retries queued operations in order, per endpoint, until one does not fit.
+    fn progress_pending(&self) -> usize {
+        let list = std::mem::take(&mut *self.pending_eps.borrow_mut());
+        let mut n = 0;
+        let mut again = Vec::new();
+        for id in list {
+            let Some(ep) = self.ep(id) else { continue };
+            if ep.status.get() == EpStatus::Connecting {
+                again.push(id);
+                continue;
+            }
+            n += self.replay(&ep);
+            if !ep.pending.borrow().is_empty() {
+                again.push(id);
+            }
+        }
+        let mut p = self.pending_eps.borrow_mut();
+        for id in again {
+            if !p.contains(&id) {
+                p.push(id);
+            }
+        }
+        n
+    }
+
+    /// Sends what an endpoint has queued, in order; stops at the first "no resources".
+    pub fn replay(&self, ep: &Rc<Ep>) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(p) = ep.pending.borrow_mut().pop_front() else { break };
+            let done = match &p {
+                Pending::Ctrl(c) => match self.try_ctrl(ep, c) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!("ucp: sending {} failed: {e}", c.name());
+                        true
+                    }
+                },
+                Pending::Send(rid) => self.send_progress(ep, *rid),
+                Pending::Get(rid) => self.rndv_get_start(ep, *rid),
+            };
+            if !done {
+                ep.pending.borrow_mut().push_front(p);
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    // ---- active messages ---------------------------------------------------------------------
+
+    /// Dispatches one of UCP's active messages.
+    pub fn on_am(&self, id: u8, m: AmRecv<'_>) {
+        match id {
+            wire::AM_EAGER_ONLY => self.on_eager_only(m),
+            wire::AM_EAGER_SYNC_ONLY => self.on_eager_sync_only(m),
+            wire::AM_EAGER_FIRST | wire::AM_EAGER_SYNC_FIRST => self.on_eager_first(id == wire::AM_EAGER_SYNC_FIRST, m),
+            wire::AM_EAGER_MIDDLE => self.on_eager_middle(m.data()),
+            wire::AM_SYNC_ACK => self.on_sync_ack(m.data()),
+            wire::AM_RNDV_RTS => self.on_rts(m.data()),
+            wire::AM_RNDV_ATS => self.on_ats(m.data()),
+            wire::AM_RNDV_RTR => self.on_rtr(m.data()),
+            wire::AM_RNDV_DATA => self.on_rndv_data(m.data()),
+            wire::AM_RNDV_ATP => self.on_atp(m.data()),
+            wire::AM_WIREUP => self.on_wireup(m.data()),
+            _ => tracing::warn!("ucp: active message {id} has no handler; dropped"),
+        }
+    }
+
+    /// A send request named by a peer, if it is a live send; `what` is for the log.
+    pub fn sreq_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
+        let id = Id::from_raw(raw);
+        match self.reqs.borrow().get(id) {
+            Some(ReqState { kind: ReqKind::Send(_), .. }) => Some(id),
+            _ => {
+                tracing::warn!("{what}: no send request {raw:#x}; dropped");
+                None
+            }
+        }
+    }
+
+    /// A receive request named by a peer, if it is a live receive.
+    pub fn rreq_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
+        let id = Id::from_raw(raw);
+        match self.reqs.borrow().get(id) {
+            Some(ReqState { kind: ReqKind::Recv(_), .. }) => Some(id),
+            _ => {
+                tracing::warn!("{what}: no receive request {raw:#x}; dropped");
+                None
+            }
+        }
+    }
+
+    fn on_sync_ack(&self, data: &[u8]) {
+        let Some(sreq) = Reader::new(data).u64() else {
+            tracing::warn!("sync ack: truncated header; dropped");
+            return;
+        };
+        let Some(id) = self.sreq_from_wire(sreq, "sync ack") else { return };
+        let done = {
+            let mut reqs = self.reqs.borrow_mut();
+            match reqs.get_mut(id) {
+                Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync => {
+                    let sent = matches!(s.phase, crate::request::SendPhase::WaitAck);
+                    s.sync = false; // acknowledged
+                    sent
+                }
+                _ => false,
+            }
+        };
+        if done {
+            self.finish(id, Status::Ok);
+        }
+    }
+
+    // ---- endpoint errors ---------------------------------------------------------------------
+
+    /// A transport reported a failed endpoint: the UCP endpoint fails, and its requests with it.
+    pub fn on_ep_error(&self, id: Id, status: Status) {
+        let Some(ep) = self.ep(id) else { return };
+        if matches!(ep.status.get(), EpStatus::Failed(_) | EpStatus::Closed) {
+            return;
+        }
+        tracing::warn!("ucp endpoint to {} failed: {status}", ep.remote.name);
+        ep.status.set(EpStatus::Failed(status));
+        self.fail_ep_requests(&ep, status);
+    }
+
+    /// Completes every request of endpoint `ep` with `status`.
+    pub fn fail_ep_requests(&self, ep: &Ep, status: Status) {
+        let queued: VecDeque<Pending> = std::mem::take(&mut *ep.pending.borrow_mut());
+        drop(queued);
+        let id = ep.id.get();
+        let mine: Vec<Id> = self
+            .reqs
+            .borrow()
+            .iter()
+            .filter(|(_, r)| r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == id))
+            .map(|(rid, _)| rid)
+            .collect();
+        for rid in mine {
+            self.finish(rid, status);
+        }
+    }
+}

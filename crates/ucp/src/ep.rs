@@ -1,0 +1,574 @@
+//! Endpoints (`ucp_ep_h`): lanes to one remote worker, wireup, queueing, query and close.
+//!
+//! Wireup: creating an endpoint sends a `REQUEST` carrying this worker's address, its
+//! endpoint id and a connection number on the AM lane; the peer finds the endpoint it created
+//! towards us with the same number (simultaneous connect, or an endpoint to self) or creates
+//! one, and answers with a `REPLY` carrying its endpoint id. Until the reply arrives, sends are
+//! queued on the endpoint and replayed in order.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ucs::idtable::Id;
+use ucs::{Status, UcsResult};
+
+use crate::address::{IfaceRecord, WorkerAddress};
+use crate::config::{RndvScheme, Thresh};
+use crate::core::Core;
+use crate::lanes::{self, LaneLimits, Lanes};
+use crate::wire::{self, WireupMsg, Writer};
+
+/// Endpoint state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EpStatus {
+    /// Wireup request sent; no reply yet.
+    Connecting,
+    /// Both sides know each other's endpoint id.
+    Connected,
+    /// A transport failed.
+    Failed(Status),
+    /// Closed by the user.
+    Closed,
+}
+
+/// A control message (protocol replies), queued when the lane is full.
+#[derive(Debug)]
+pub(crate) enum Ctrl {
+    Wireup { kind: u8, conn_sn: u32, src_uuid: u64, src_ep: u64, dst_ep: u64, with_address: Option<Rc<[u8]>> },
+    SyncAck { sreq: u64 },
+    Ats { sreq: u64, status: i32 },
+    Rtr { ep: u64, sreq: u64, rreq: u64, addr: u64, len: u64, rkey: Vec<u8> },
+    Atp { rreq: u64 },
+}
+
+impl Ctrl {
+    pub fn name(&self) -> &'static str {
+        wire::am_name(self.am_id())
+    }
+
+    pub fn am_id(&self) -> u8 {
+        match self {
+            Ctrl::Wireup { .. } => wire::AM_WIREUP,
+            Ctrl::SyncAck { .. } => wire::AM_SYNC_ACK,
+            Ctrl::Ats { .. } => wire::AM_RNDV_ATS,
+            Ctrl::Rtr { .. } => wire::AM_RNDV_RTR,
+            Ctrl::Atp { .. } => wire::AM_RNDV_ATP,
+        }
+    }
+
+    pub fn pack(&self, buf: &mut [u8]) -> usize {
+        match self {
+            Ctrl::Wireup { kind, conn_sn, src_uuid, src_ep, dst_ep, with_address } => {
+                let m = WireupMsg {
+                    kind: *kind,
+                    conn_sn: *conn_sn,
+                    src_uuid: *src_uuid,
+                    src_ep: *src_ep,
+                    dst_ep: *dst_ep,
+                    address: with_address.as_deref().unwrap_or(&[]),
+                };
+                m.pack(buf).unwrap_or_else(|| {
+                    tracing::error!("wireup message does not fit in {} bytes", buf.len());
+                    0
+                })
+            }
+            Ctrl::SyncAck { sreq } | Ctrl::Atp { rreq: sreq } => {
+                let mut w = Writer::new(buf);
+                w.u64(*sreq);
+                w.written()
+            }
+            Ctrl::Ats { sreq, status } => {
+                let mut w = Writer::new(buf);
+                w.u64(*sreq);
+                w.put(&status.to_le_bytes());
+                w.written()
+            }
+            Ctrl::Rtr { ep, sreq, rreq, addr, len, rkey } => {
+                let mut w = Writer::new(buf);
+                w.u64(*ep);
+                w.u64(*sreq);
+                w.u64(*rreq);
+                w.u64(*addr);
+                w.u64(*len);
+                w.put(&(rkey.len() as u16).to_le_bytes());
+                w.put(rkey);
+                w.written()
+            }
+        }
+    }
+}
+
+/// An operation queued on an endpoint.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// A send request to start or continue.
+    Send(Id),
+    /// A control message.
+    Ctrl(Ctrl),
+    /// A rendezvous get to start (receive request).
+    Get(Id),
+}
+
+/// The rendezvous lane of an endpoint.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RndvLane {
+    /// Index into `Ep::uct_eps`.
+    pub uct: usize,
+    /// Local interface index.
+    pub iface: usize,
+    /// Both sides can get / put.
+    pub get: bool,
+    pub put: bool,
+    /// Limits of one operation.
+    pub max_zcopy: usize,
+}
+
+/// Protocol switch points of an endpoint, from its AM lane and the configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EpConfig {
+    /// Largest payload sent with `am_short` (the tag is its header).
+    pub short_max: usize,
+    /// Largest AM bcopy message, headers included.
+    pub bcopy_max: usize,
+    /// Messages of this size or more go rendezvous.
+    pub rndv_thresh: usize,
+    /// Rendezvous scheme.
+    pub scheme: RndvScheme,
+}
+
+/// An endpoint.
+pub(crate) struct Ep {
+    pub id: Cell<Id>,
+    pub remote: WorkerAddress,
+    pub conn_sn: u32,
+    pub remote_id: Cell<u64>,
+    pub status: Cell<EpStatus>,
+    pub lanes: Lanes,
+    pub uct_eps: Vec<(usize, Box<dyn uct::Ep>)>,
+    pub am_idx: usize,
+    pub rndv: Option<RndvLane>,
+    pub cfg: EpConfig,
+    pub pending: RefCell<VecDeque<Pending>>,
+    /// Handed to the user (not only created by a peer's request).
+    pub user: Cell<bool>,
+}
+
+impl Ep {
+    /// The uct endpoint of the AM lane.
+    #[inline]
+    pub fn am(&self) -> &dyn uct::Ep {
+        &*self.uct_eps[self.am_idx].1
+    }
+
+    /// Ready for protocol sends (wired up, nothing queued).
+    #[inline]
+    pub fn ready(&self) -> bool {
+        self.status.get() == EpStatus::Connected && self.pending.borrow().is_empty()
+    }
+
+    /// The endpoint's error, if it failed or was closed.
+    #[inline]
+    pub fn error(&self) -> Option<Status> {
+        match self.status.get() {
+            EpStatus::Failed(s) => Some(s),
+            EpStatus::Closed => Some(Status::Canceled),
+            _ => None,
+        }
+    }
+}
+
+/// What one lane of an endpoint is for, with its transport (`ucp_ep_query`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneInfo {
+    /// `am`, `rma`, `amo` or `rndv`.
+    pub usage: &'static str,
+    /// Transport name.
+    pub transport: String,
+    /// Device name.
+    pub device: String,
+}
+
+/// The result of [`Endpoint::query`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpInfo {
+    /// The remote worker's name.
+    pub remote_name: String,
+    /// Whether wireup completed.
+    pub connected: bool,
+    /// The lanes.
+    pub lanes: Vec<LaneInfo>,
+    /// Messages of this size or more use rendezvous.
+    pub rndv_thresh: usize,
+    /// Largest eager short payload.
+    pub short_max: usize,
+}
+
+/// Automatic rendezvous threshold: where `2 × len / am bandwidth` (copy in, copy out) exceeds
+/// `rendezvous latency + len / zcopy bandwidth`, never below one bcopy fragment.
+fn auto_rndv_thresh(am: &IfaceRecord, rndv: &IfaceRecord, bcopy_max: usize) -> usize {
+    let am_lat = am.latency_ns * 1e-9 + am.overhead_ns * 1e-9;
+    // RTS, the zero-copy operation, ATS.
+    let lat = 2.0 * am_lat + rndv.latency_ns * 1e-9 + rndv.overhead_ns * 1e-9;
+    let per_byte = 2.0 / am.bandwidth - 1.0 / rndv.bandwidth;
+    let t = if per_byte > 0.0 { (lat / per_byte) as usize } else { usize::MAX };
+    t.max(bcopy_max)
+}
+
+impl Core {
+    /// The next connection number towards worker `uuid`.
+    fn next_sn(&self, uuid: u64) -> u32 {
+        let mut c = self.conn.borrow_mut();
+        let sn = c.next_sn.entry(uuid).or_insert(0);
+        let v = *sn;
+        *sn = sn.wrapping_add(1);
+        v
+    }
+
+    /// Builds an endpoint towards `remote` (lanes, uct endpoints, protocol thresholds) and
+    /// inserts it.
+    fn build_ep(&self, remote: WorkerAddress, conn_sn: u32) -> UcsResult<Rc<Ep>> {
+        let cfg = self.ctx.config();
+        let limits = LaneLimits {
+            max_rndv_lanes: cfg.max_rndv_lanes.max(1),
+            atomics: self.ctx.features().intersects(crate::Features::AMO32 | crate::Features::AMO64),
+        };
+        let reachable = |l: &IfaceRecord, r: &IfaceRecord| {
+            let Some(i) = self.address.ifaces.iter().position(|x| std::ptr::eq(x, l)) else { return false };
+            let wi = &self.ifaces[i];
+            // Connecting to endpoints needs the wireup of a later transport; not offered yet.
+            wi.attr.flags.contains(uct::IfaceFlags::CONNECT_TO_IFACE)
+                && wi.iface.is_reachable(&r.dev_addr, Some(&r.iface_addr))
+        };
+        let lanes = lanes::select(&self.address, &remote, limits, &reachable);
+        let Some(am) = lanes.am else {
+            tracing::error!(
+                "ucp: worker '{}' is unreachable: no common transport with active messages (local: {}; remote: {})",
+                remote.name,
+                self.address.ifaces.iter().map(|i| i.tl_name.as_str()).collect::<Vec<_>>().join(","),
+                remote.ifaces.iter().map(|i| i.tl_name.as_str()).collect::<Vec<_>>().join(","),
+            );
+            return Err(Status::Unreachable);
+        };
+        let id = self.eps.borrow_mut().insert(None);
+        let mut uct_eps: Vec<(usize, Box<dyn uct::Ep>)> = Vec::new();
+        let mut ep_for = |pair: lanes::LanePair| -> UcsResult<usize> {
+            if let Some(i) = uct_eps.iter().position(|(l, _)| *l == pair.local) {
+                return Ok(i);
+            }
+            let r = &remote.ifaces[pair.remote];
+            let params = uct::EpParams::to_iface(&r.dev_addr, &r.iface_addr).with_user_data(id.raw());
+            let e = self.ifaces[pair.local].iface.ep_create(&params)?;
+            uct_eps.push((pair.local, e));
+            Ok(uct_eps.len() - 1)
+        };
+        let built = (|| -> UcsResult<(usize, Option<RndvLane>)> {
+            let am_idx = ep_for(am)?;
+            let rndv = match lanes.rndv.first() {
+                Some(&p) => {
+                    let (l, r) = (&self.address.ifaces[p.local], &remote.ifaces[p.remote]);
+                    let both = |f: uct::IfaceFlags| l.flags.contains(f) && r.flags.contains(f);
+                    let attr = &self.ifaces[p.local].attr;
+                    Some(RndvLane {
+                        uct: ep_for(p)?,
+                        iface: p.local,
+                        get: both(uct::IfaceFlags::GET_ZCOPY),
+                        put: both(uct::IfaceFlags::PUT_ZCOPY),
+                        max_zcopy: attr.get.max_zcopy.min(attr.put.max_zcopy.max(attr.get.max_zcopy)).max(1),
+                    })
+                }
+                None => None,
+            };
+            Ok((am_idx, rndv))
+        })();
+        let (am_idx, rndv) = match built {
+            Ok(v) => v,
+            Err(e) => {
+                self.eps.borrow_mut().remove(id);
+                tracing::error!("ucp: cannot connect to '{}': {e}", remote.name);
+                return Err(e);
+            }
+        };
+        let am_attr = &self.ifaces[am.local].attr;
+        let mut short_max = am_attr.am.max_short.saturating_sub(wire::len::EAGER_ONLY);
+        if !am_attr.flags.contains(uct::IfaceFlags::AM_SHORT) {
+            short_max = 0;
+        }
+        if let Thresh::Fixed(t) = cfg.bcopy_thresh {
+            short_max = short_max.min(t.saturating_sub(1));
+        }
+        let bcopy_max = am_attr.am.max_bcopy;
+        let rndv_thresh = match cfg.rndv_thresh {
+            Thresh::Fixed(t) => t,
+            Thresh::Auto => match lanes.rndv.first() {
+                Some(p) => auto_rndv_thresh(&self.address.ifaces[am.local], &self.address.ifaces[p.local], bcopy_max),
+                None => usize::MAX,
+            },
+        };
+        let ep = Rc::new(Ep {
+            id: Cell::new(id),
+            remote,
+            conn_sn,
+            remote_id: Cell::new(0),
+            status: Cell::new(EpStatus::Connecting),
+            lanes,
+            uct_eps,
+            am_idx,
+            rndv,
+            cfg: EpConfig { short_max, bcopy_max, rndv_thresh, scheme: cfg.rndv_scheme },
+            pending: RefCell::new(VecDeque::new()),
+            user: Cell::new(false),
+        });
+        if let Some(slot) = self.eps.borrow_mut().get_mut(id) {
+            *slot = Some(ep.clone());
+        }
+        if cfg.proto_info {
+            self.print_proto_info(&ep);
+        }
+        Ok(ep)
+    }
+
+    /// Prints which protocol each message size range uses (`UCX_PROTO_INFO=y`).
+    fn print_proto_info(&self, ep: &Ep) {
+        let c = &ep.cfg;
+        let name = |p: Option<lanes::LanePair>| {
+            p.map(|p| self.address.ifaces[p.local].tl_name.clone()).unwrap_or_else(|| "-".into())
+        };
+        let am = name(ep.lanes.am);
+        let rndv_tl = name(ep.lanes.rndv.first().copied());
+        let single = c.bcopy_max.saturating_sub(wire::len::EAGER_ONLY);
+        let rndv = match (ep.rndv, c.scheme) {
+            (_, RndvScheme::Am) | (None, _) => format!("rendezvous, data in active messages on {am}"),
+            (Some(l), RndvScheme::PutZcopy) if l.put => format!("rendezvous put_zcopy on {rndv_tl}"),
+            (Some(l), RndvScheme::GetZcopy | RndvScheme::Auto) if l.get => format!("rendezvous get_zcopy on {rndv_tl}"),
+            (Some(l), _) if l.put => format!("rendezvous put_zcopy on {rndv_tl}"),
+            _ => format!("rendezvous, data in active messages on {am}"),
+        };
+        let fmt = |n: usize| if n == usize::MAX { "inf".to_string() } else { n.to_string() };
+        let mut lines = vec![format!("[ucp] endpoint to '{}' (tag send)", ep.remote.name)];
+        let mut lo = 0usize;
+        let rt = c.rndv_thresh;
+        let mut range = |hi: usize, what: String| {
+            let hi = hi.min(rt);
+            if hi > lo {
+                lines.push(format!("[ucp]   {}..{}: {what}", lo, fmt(if hi == usize::MAX { hi } else { hi - 1 })));
+                lo = hi;
+            }
+        };
+        range(c.short_max.saturating_add(1), format!("eager short on {am}"));
+        range(single.saturating_add(1), format!("eager bcopy on {am}"));
+        range(usize::MAX, format!("eager bcopy, multi-fragment on {am}"));
+        if rt != usize::MAX {
+            lines.push(format!("[ucp]   {rt}..inf: {rndv}"));
+        }
+        lines.push(format!(
+            "[ucp]   tag send sync: eager sync below {}, {rndv} above",
+            fmt(rt)
+        ));
+        for l in lines {
+            println!("{l}");
+        }
+    }
+
+    /// Creates an endpoint to the worker with packed address `addr`.
+    pub fn ep_create(&self, addr: &[u8]) -> UcsResult<Id> {
+        let remote = WorkerAddress::unpack(addr)?;
+        let sn = self.next_sn(remote.uuid);
+        let claimed = self.conn.borrow_mut().unexpected.remove(&(remote.uuid, sn));
+        if let Some(id) = claimed {
+            if let Some(ep) = self.ep(id) {
+                ep.user.set(true);
+                return Ok(id);
+            }
+        }
+        let uuid = remote.uuid;
+        let ep = self.build_ep(remote, sn)?;
+        ep.user.set(true);
+        let id = ep.id.get();
+        self.conn.borrow_mut().expected.insert((uuid, sn), id);
+        let packed: Rc<[u8]> = self.packed.clone().into();
+        self.send_ctrl(
+            &ep,
+            Ctrl::Wireup {
+                kind: wire::wireup::REQUEST,
+                conn_sn: sn,
+                src_uuid: self.address.uuid,
+                src_ep: id.raw(),
+                dst_ep: 0,
+                with_address: Some(packed),
+            },
+        );
+        Ok(id)
+    }
+
+    /// A wireup message arrived.
+    pub fn on_wireup(&self, data: &[u8]) {
+        let Some(m) = WireupMsg::parse(data) else {
+            tracing::warn!("wireup: malformed message ({} bytes); dropped", data.len());
+            return;
+        };
+        if m.kind == wire::wireup::REQUEST {
+            let remote = match WorkerAddress::unpack(m.address) {
+                Ok(a) if a.uuid == m.src_uuid => a,
+                Ok(_) => {
+                    tracing::warn!("wireup: request's address does not match its sender; dropped");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!("wireup: request with a bad address ({e}); dropped");
+                    return;
+                }
+            };
+            let key = (m.src_uuid, m.conn_sn);
+            let found = {
+                let mut c = self.conn.borrow_mut();
+                c.expected.remove(&key).or_else(|| c.unexpected.get(&key).copied())
+            };
+            let ep = match found.and_then(|id| self.ep(id)) {
+                Some(ep) => ep,
+                None => match self.build_ep(remote, m.conn_sn) {
+                    Ok(ep) => {
+                        self.conn.borrow_mut().unexpected.insert(key, ep.id.get());
+                        ep
+                    }
+                    Err(e) => {
+                        tracing::warn!("wireup: cannot create an endpoint for a peer's request: {e}");
+                        return;
+                    }
+                },
+            };
+            ep.remote_id.set(m.src_ep);
+            self.ep_connected(&ep);
+            self.send_ctrl(
+                &ep,
+                Ctrl::Wireup {
+                    kind: wire::wireup::REPLY,
+                    conn_sn: m.conn_sn,
+                    src_uuid: self.address.uuid,
+                    src_ep: ep.id.get().raw(),
+                    dst_ep: m.src_ep,
+                    with_address: None,
+                },
+            );
+        } else {
+            let Some(ep) = self.ep_from_wire(m.dst_ep, "wireup reply") else { return };
+            if ep.remote.uuid != m.src_uuid || ep.conn_sn != m.conn_sn {
+                tracing::warn!("wireup: reply from an unexpected worker; dropped");
+                return;
+            }
+            ep.remote_id.set(m.src_ep);
+            self.ep_connected(&ep);
+        }
+    }
+
+    /// Wireup completed: replay what was queued.
+    fn ep_connected(&self, ep: &Rc<Ep>) {
+        if ep.status.get() != EpStatus::Connecting {
+            return;
+        }
+        ep.status.set(EpStatus::Connected);
+        self.replay(ep);
+    }
+
+    /// Lanes of an endpoint with their transports.
+    pub fn ep_query(&self, id: Id) -> UcsResult<EpInfo> {
+        let ep = self.ep(id).ok_or(Status::InvalidParam)?;
+        let mut lanes = Vec::new();
+        let mut add = |usage: &'static str, p: lanes::LanePair| {
+            let r = &self.address.ifaces[p.local];
+            lanes.push(LaneInfo { usage, transport: r.tl_name.clone(), device: r.dev_name.clone() });
+        };
+        if let Some(p) = ep.lanes.am {
+            add("am", p);
+        }
+        for p in &ep.lanes.rma {
+            add("rma", *p);
+        }
+        if let Some(p) = ep.lanes.amo {
+            add("amo", p);
+        }
+        for p in &ep.lanes.rndv {
+            add("rndv", *p);
+        }
+        Ok(EpInfo {
+            remote_name: ep.remote.name.clone(),
+            connected: ep.status.get() == EpStatus::Connected,
+            lanes,
+            rndv_thresh: ep.cfg.rndv_thresh,
+            short_max: ep.cfg.short_max,
+        })
+    }
+
+    /// Starts closing endpoint `id`. Force: every outstanding operation completes with
+    /// `Canceled` and the endpoint goes now. Flush: queued and outstanding operations finish,
+    /// the transports flush, then the endpoint goes.
+    pub fn ep_close(&self, id: Id, force: bool, rid: Id) {
+        let Some(ep) = self.ep(id) else {
+            self.finish(rid, Status::Ok);
+            return;
+        };
+        if force || ep.error().is_some() {
+            ep.status.set(EpStatus::Closed);
+            self.fail_ep_requests(&ep, Status::Canceled);
+            self.ep_destroy(&ep);
+            self.finish(rid, Status::Ok);
+        } else {
+            self.closing.borrow_mut().push(rid);
+        }
+    }
+
+    fn ep_destroy(&self, ep: &Ep) {
+        let id = ep.id.get();
+        {
+            let mut c = self.conn.borrow_mut();
+            c.expected.retain(|_, v| *v != id);
+            c.unexpected.retain(|_, v| *v != id);
+        }
+        self.pending_eps.borrow_mut().retain(|e| *e != id);
+        let gone = self.eps.borrow_mut().remove(id);
+        drop(gone);
+    }
+
+    /// Flush-closes whose endpoints have drained.
+    pub fn progress_closing(&self) -> usize {
+        let list = std::mem::take(&mut *self.closing.borrow_mut());
+        let mut n = 0;
+        let mut again = Vec::new();
+        for rid in list {
+            let ep_id = match self.reqs.borrow().get(rid) {
+                Some(crate::request::ReqState { kind: crate::request::ReqKind::Close(c), .. }) => c.ep,
+                _ => continue,
+            };
+            let Some(ep) = self.ep(ep_id) else {
+                self.finish(rid, Status::Ok);
+                continue;
+            };
+            let busy = !ep.pending.borrow().is_empty()
+                || ep.status.get() == EpStatus::Connecting
+                || self.reqs.borrow().iter().any(|(_, r)| {
+                    r.status == Status::InProgress
+                        && matches!(&r.kind, crate::request::ReqKind::Send(s) if s.ep == ep_id)
+                });
+            if ep.error().is_some() {
+                self.ep_destroy(&ep);
+                self.finish(rid, Status::Ok);
+                n += 1;
+                continue;
+            }
+            let flushed = !busy
+                && ep.uct_eps.iter().all(|(_, e)| {
+                    matches!(e.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_))
+                });
+            if flushed {
+                ep.status.set(EpStatus::Closed);
+                self.ep_destroy(&ep);
+                self.finish(rid, Status::Ok);
+                n += 1;
+            } else {
+                again.push(rid);
+            }
+        }
+        self.closing.borrow_mut().extend(again);
+        n
+    }
+}

@@ -1,0 +1,85 @@
+//! Memory registration (`ucp_mem_map`): a user buffer registered once with every memory
+//! domain of the worker that zero-copy protocols use, so sends and receives that name the
+//! handle skip per-message registration.
+
+use ucs::idtable::Id;
+use ucs::{Status, UcsResult};
+
+use crate::core::{Core, MemMap};
+
+/// A registered region (`ucp_mem_h`), created by [`crate::Worker::mem_map`] and released by
+/// [`crate::Worker::mem_unmap`]. A handle of another worker, or an unmapped one, is ignored
+/// by operations (they register per message instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemHandle {
+    pub(crate) id: Id,
+    /// Start of the region.
+    pub address: usize,
+    /// Length of the region.
+    pub length: usize,
+}
+
+impl Core {
+    /// Registers `[addr, addr + len)` with every interface's memory domain that needs it.
+    ///
+    /// # Safety
+    /// The region must stay mapped until [`Core::mem_unmap`].
+    pub unsafe fn mem_map(&self, addr: *mut u8, len: usize) -> UcsResult<MemHandle> {
+        if addr.is_null() || (addr as usize).checked_add(len).is_none() {
+            tracing::error!("ucp mem_map: invalid region {addr:p}+{len}");
+            return Err(Status::InvalidParam);
+        }
+        let mut regs = Vec::with_capacity(self.ifaces.len());
+        for wi in &self.ifaces {
+            let zcopy = wi.attr.flags.intersects(
+                uct::IfaceFlags::GET_ZCOPY | uct::IfaceFlags::PUT_ZCOPY | uct::IfaceFlags::AM_ZCOPY,
+            );
+            if !zcopy || !wi.md.attr().flags.contains(uct::MdFlags::REG) {
+                regs.push(None);
+                continue;
+            }
+            // SAFETY: the caller keeps the region mapped until unmap, which drops the handles.
+            regs.push(Some(unsafe { wi.md.mem_reg(addr, len, uct::MemAccess::all())? }));
+        }
+        let id = self.mems.borrow_mut().insert(MemMap { addr: addr as usize, len, regs });
+        Ok(MemHandle { id, address: addr as usize, length: len })
+    }
+
+    /// Releases a registration.
+    pub fn mem_unmap(&self, h: MemHandle) -> UcsResult<()> {
+        let gone = self.mems.borrow_mut().remove(h.id);
+        match gone {
+            Some(m) => {
+                drop(m);
+                Ok(())
+            }
+            None => Err(Status::InvalidParam),
+        }
+    }
+
+    /// A registration covering `[ptr, ptr + len)` on interface `iface`: from the hint when it
+    /// covers the range, else a fresh one.
+    pub fn memh_for(
+        &self,
+        hint: Option<&MemHandle>,
+        iface: usize,
+        ptr: *mut u8,
+        len: usize,
+    ) -> UcsResult<uct::MemH> {
+        if let Some(h) = hint {
+            let mems = self.mems.borrow();
+            if let Some(m) = mems.get(h.id) {
+                let (a, e) = (ptr as usize, (ptr as usize).saturating_add(len));
+                if a >= m.addr && e <= m.addr + m.len {
+                    if let Some(Some(r)) = m.regs.get(iface) {
+                        return Ok(r.clone());
+                    }
+                }
+            }
+        }
+        let md = &self.ifaces[iface].md;
+        // SAFETY: the buffer belongs to an operation in flight; the caller keeps it valid until
+        // the operation completes, and the handle is dropped at completion.
+        unsafe { md.mem_reg(ptr, len, uct::MemAccess::all()) }
+    }
+}

@@ -1,0 +1,351 @@
+//! Requests (`ucp_request_param_t`, `ucs_status_ptr_t`) in Rust form.
+//!
+//! * An operation that completes at once returns without a request (unless
+//!   [`RequestFlags::NO_IMM_CMPL`]); the callback is then not called, as in UCX.
+//! * Otherwise it returns a [`Request`]: poll [`Request::status`], wait on it, or let the
+//!   callback run. Dropping a `Request` is `ucp_request_free`: the operation goes on and the
+//!   callback still fires.
+//! * The raw operations take pointers and are `unsafe` (the buffer must outlive the request).
+//!   The safe ones are futures over owned buffers ([`crate::SendFuture`], [`crate::RecvFuture`]):
+//!   the buffer lives inside the worker until the transport is done with it, so dropping the
+//!   future of a pending receive cancels it and data never lands in memory the caller owns again.
+
+use std::any::Any;
+use std::task::Waker;
+
+use bitflags::bitflags;
+use ucs::idtable::Id;
+use ucs::Status;
+
+use crate::tag::{RecvHandle, Tag};
+
+bitflags! {
+    /// `UCP_OP_ATTR_FLAG_*`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct RequestFlags: u32 {
+        /// Always return a request, even when the operation completed at once.
+        const NO_IMM_CMPL = 1 << 0;
+        /// Fail with `NoResource` instead of returning a request.
+        const FORCE_IMM_CMPL = 1 << 1;
+    }
+}
+
+/// What a completed receive got (`ucp_tag_recv_info_t`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvInfo {
+    /// Bytes the sender sent.
+    pub length: usize,
+    /// The sender's tag.
+    pub sender_tag: Tag,
+}
+
+/// A completion callback: the final status and, for receives, what arrived (for sends, the
+/// length sent and the tag).
+pub type Callback = Box<dyn FnOnce(Status, RecvInfo) + Send>;
+
+/// One buffer of an iov datatype (`ucp_dt_iov_t`).
+#[derive(Clone, Copy, Debug)]
+pub struct IoVec {
+    /// Start.
+    pub buffer: *mut u8,
+    /// Length in bytes.
+    pub length: usize,
+}
+
+/// Parameters of an operation (`ucp_request_param_t`).
+#[derive(Default)]
+pub struct RequestParam {
+    /// Immediate-completion behaviour.
+    pub flags: RequestFlags,
+    /// Called once when the operation completes (not when it completed at once).
+    pub callback: Option<Callback>,
+    /// A registration of the buffer (`ucp_mem_map`), used by zero-copy protocols instead of
+    /// registering per message.
+    pub memh: Option<crate::mem::MemHandle>,
+}
+
+impl std::fmt::Debug for RequestParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestParam")
+            .field("flags", &self.flags)
+            .field("callback", &self.callback.is_some())
+            .field("memh", &self.memh.is_some())
+            .finish()
+    }
+}
+
+impl RequestParam {
+    /// No callback, no flags.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets a callback.
+    pub fn callback(mut self, cb: impl FnOnce(Status, RecvInfo) + Send + 'static) -> Self {
+        self.callback = Some(Box::new(cb));
+        self
+    }
+
+    /// Sets flags.
+    pub fn flags(mut self, flags: RequestFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Sets the memory-handle hint.
+    pub fn memh(mut self, memh: crate::mem::MemHandle) -> Self {
+        self.memh = Some(memh);
+        self
+    }
+}
+
+/// A contiguous piece of user memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seg {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+/// User data of an operation: contiguous or iov.
+#[derive(Debug)]
+pub(crate) enum Buf {
+    Contig(Seg),
+    Iov(Box<[Seg]>),
+}
+
+impl Buf {
+    pub fn len(&self) -> usize {
+        match self {
+            Buf::Contig(s) => s.len,
+            Buf::Iov(v) => v.iter().map(|s| s.len).sum(),
+        }
+    }
+
+    pub fn contig(&self) -> Option<Seg> {
+        match self {
+            Buf::Contig(s) => Some(*s),
+            Buf::Iov(v) if v.len() == 1 => Some(v[0]),
+            Buf::Iov(_) => None,
+        }
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` of the data into `dst`.
+    ///
+    /// # Safety
+    /// The segments must be valid for reads, and `offset + dst.len() <= self.len()`.
+    pub unsafe fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        let mut skip = offset;
+        let mut done = 0;
+        let segs: &[Seg] = match self {
+            Buf::Contig(s) => std::slice::from_ref(s),
+            Buf::Iov(v) => v,
+        };
+        for s in segs {
+            if done == dst.len() {
+                break;
+            }
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let n = (s.len - skip).min(dst.len() - done);
+            // SAFETY: the caller guarantees the segment is readable; `skip + n <= s.len` and
+            // `done + n <= dst.len()` by construction.
+            unsafe { std::ptr::copy_nonoverlapping(s.ptr.add(skip), dst.as_mut_ptr().add(done), n) };
+            done += n;
+            skip = 0;
+        }
+    }
+
+    /// Copies `src` into the data starting at `offset`.
+    ///
+    /// # Safety
+    /// The segments must be valid for writes and not aliased, and
+    /// `offset + src.len() <= self.len()`.
+    pub unsafe fn copy_in(&self, offset: usize, src: &[u8]) {
+        let mut skip = offset;
+        let mut done = 0;
+        let segs: &[Seg] = match self {
+            Buf::Contig(s) => std::slice::from_ref(s),
+            Buf::Iov(v) => v,
+        };
+        for s in segs {
+            if done == src.len() {
+                break;
+            }
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let n = (s.len - skip).min(src.len() - done);
+            // SAFETY: as in `copy_out`, with the roles swapped.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(done), s.ptr.add(skip), n) };
+            done += n;
+            skip = 0;
+        }
+    }
+}
+
+/// Progress of a send.
+#[derive(Debug)]
+pub(crate) enum SendPhase {
+    /// Not started (queued behind wireup or other sends).
+    Queued,
+    /// Eager fragments sent up to `offset`.
+    Frags { offset: usize, msg_id: u64 },
+    /// All data sent; waiting for the sync ack.
+    WaitAck,
+    /// RTS queued or sent; waiting for ATS or RTR.
+    Rts { sent: bool },
+    /// Putting the data (put_zcopy scheme); ATP follows.
+    Put,
+    /// Sending AM fragments to receive request `rreq` from `offset`.
+    RndvFrags { rreq: u64, offset: usize },
+}
+
+/// A send in flight.
+#[derive(Debug)]
+pub(crate) struct SendReq {
+    pub ep: Id,
+    pub tag: Tag,
+    pub buf: Buf,
+    pub sync: bool,
+    pub phase: SendPhase,
+    /// A registration of the buffer for zero-copy rendezvous (kept until ATS/ATP).
+    pub memh: Option<uct::MemH>,
+    /// The memory-handle hint of the operation.
+    pub hint: Option<crate::mem::MemHandle>,
+    /// The unpacked remote key of a put in flight.
+    pub rkey: Option<uct::RemoteKey>,
+}
+
+/// A receive in flight.
+#[derive(Debug)]
+pub(crate) struct RecvReq {
+    pub buf: Buf,
+    /// Where it waits in the matcher, while it does.
+    pub posted: Option<RecvHandle>,
+    /// Bytes arrived so far (multi-fragment eager, rendezvous fragments).
+    pub received: usize,
+    /// Length of the matched message.
+    pub total: usize,
+    /// Registration of the buffer for zero-copy rendezvous.
+    pub memh: Option<uct::MemH>,
+    /// Multi-fragment key while fragments are still due.
+    pub frag_key: Option<(u64, u64)>,
+    /// The sender's sync request to acknowledge when complete.
+    pub sync: Option<(u64, u64)>,
+    /// Set when the message was longer than the buffer; the data is dropped.
+    pub truncated: bool,
+    /// The matched rendezvous request, while the data is fetched.
+    pub rts: Option<crate::core::Rts>,
+    /// The unpacked remote key of a zero-copy operation in flight.
+    pub rkey: Option<uct::RemoteKey>,
+    /// The memory-handle hint of the operation.
+    pub hint: Option<crate::mem::MemHandle>,
+}
+
+/// Flushing and closing an endpoint.
+#[derive(Debug)]
+pub(crate) struct CloseReq {
+    pub ep: Id,
+}
+
+#[derive(Debug)]
+pub(crate) enum ReqKind {
+    Send(SendReq),
+    Recv(RecvReq),
+    Close(CloseReq),
+    /// A request completed at creation (NO_IMM_CMPL) or whose work is gone.
+    Done,
+}
+
+/// State of one request, owned by the worker.
+pub(crate) struct ReqState {
+    pub kind: ReqKind,
+    /// `InProgress` until done.
+    pub status: Status,
+    pub info: RecvInfo,
+    pub callback: Option<Callback>,
+    pub waker: Option<Waker>,
+    /// The user no longer holds a handle: free on completion.
+    pub released: bool,
+    /// A buffer the worker holds for a future until the transport is done with it.
+    pub owned: Option<Box<dyn Any + Send>>,
+}
+
+impl ReqState {
+    pub fn new(kind: ReqKind, callback: Option<Callback>) -> Self {
+        ReqState {
+            kind,
+            status: Status::InProgress,
+            info: RecvInfo::default(),
+            callback,
+            waker: None,
+            released: false,
+            owned: None,
+        }
+    }
+}
+
+/// A handle to an operation in progress (`void *request`). Dropping it is `ucp_request_free`:
+/// the operation continues and its callback still runs.
+pub struct Request<'w> {
+    pub(crate) worker: &'w crate::Worker,
+    pub(crate) id: Id,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").field("id", &self.id).field("status", &self.status()).finish()
+    }
+}
+
+impl<'w> Request<'w> {
+    /// `InProgress` while running, then the final status (`ucp_request_check_status`).
+    pub fn status(&self) -> Status {
+        self.worker.request_status(self.id).0
+    }
+
+    /// True once completed.
+    pub fn is_completed(&self) -> bool {
+        self.status() != Status::InProgress
+    }
+
+    /// For receives: what arrived (`ucp_tag_recv_request_test`); `None` while in progress.
+    pub fn recv_info(&self) -> Option<RecvInfo> {
+        let (s, info) = self.worker.request_status(self.id);
+        (s != Status::InProgress).then_some(info)
+    }
+
+    /// Cancels the operation if it has not progressed too far (`ucp_request_cancel`): a posted
+    /// receive not yet matched completes with `Canceled`.
+    pub fn cancel(&self) {
+        self.worker.request_cancel(self.id);
+    }
+
+    /// Progresses the worker until the request completes; returns its outcome.
+    pub fn wait(self) -> Result<RecvInfo, Status> {
+        loop {
+            let (s, info) = self.worker.request_status(self.id);
+            match s {
+                Status::InProgress => {
+                    self.worker.progress();
+                }
+                Status::Ok => return Ok(info),
+                e => return Err(e),
+            }
+        }
+    }
+
+    /// The worker-wide id (for logs).
+    pub fn id(&self) -> u64 {
+        self.id.raw()
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        self.worker.request_release(self.id);
+    }
+}

@@ -1,0 +1,1079 @@
+//! Tag protocols: eager short, eager bcopy (one fragment or many), eager sync, and rendezvous
+//! (get_zcopy, put_zcopy, or data in active messages), on both sides.
+//!
+//! Protocol choice for a message of `len` bytes on an endpoint (see `EpConfig`):
+//! `len <= short_max` and not sync: eager short; `len < rndv_thresh`: eager bcopy, one fragment
+//! when it fits, else first + middle fragments; otherwise rendezvous. Every message from one
+//! endpoint goes through its AM lane in order, and matching happens when the first piece (the
+//! only fragment, the first fragment or the RTS) arrives, so messages never overtake each
+//! other.
+
+use std::rc::Rc;
+
+use ucs::idtable::Id;
+use ucs::{Outcome, Status, UcsResult};
+
+use crate::core::{Core, FragTarget, Rts, Unexp};
+use crate::ep::{Ctrl, Ep, Pending};
+use crate::request::{Buf, RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq};
+use crate::tag::{Posted, Tag};
+use crate::wire::{self, len, Reader, Writer};
+use crate::RndvScheme;
+
+/// Outcome of a receive call.
+#[derive(Debug)]
+pub(crate) enum RecvOut {
+    /// Completed at once.
+    Done(RecvInfo),
+    /// In progress (or completed with NO_IMM_CMPL).
+    Req(Id),
+}
+
+/// A view of a contiguous segment's bytes (empty for zero length, whatever the pointer).
+///
+/// # Safety
+/// For a non-zero length, `ptr` must be valid for reads of `len` bytes for the returned life.
+#[inline]
+unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null and readable for `len` bytes (the caller's guarantee).
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
+}
+
+impl Core {
+    // ---- send side ---------------------------------------------------------------------------
+
+    /// Starts a tagged send. `Ok(None)`: completed at once.
+    ///
+    /// # Safety
+    /// The buffers in `buf` must stay valid and unmodified until the request completes.
+    pub unsafe fn tag_send(
+        &self,
+        ep_id: Id,
+        buf: Buf,
+        tag: Tag,
+        sync: bool,
+        param: RequestParam,
+    ) -> UcsResult<Option<Id>> {
+        let Some(ep) = self.ep(ep_id) else {
+            tracing::error!("tag send: endpoint {ep_id:?} does not exist (closed?)");
+            return Err(Status::InvalidParam);
+        };
+        if let Some(e) = ep.error() {
+            return Err(e);
+        }
+        let len = buf.len();
+        let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
+        if imm && !sync && len < ep.cfg.rndv_thresh && ep.ready() {
+            match self.eager_now(&ep, &buf, tag) {
+                Ok(Outcome::NoResource) => {}
+                Ok(_) => return Ok(None),
+                Err(Status::Unsupported) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
+            return Err(Status::NoResource);
+        }
+        let req = SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, memh: None, hint: param.memh, rkey: None };
+        let rid = self.req_new(ReqKind::Send(req), param.callback);
+        if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
+            r.info = RecvInfo { length: len, sender_tag: tag };
+        }
+        if ep.ready() {
+            if !self.send_progress(&ep, rid) {
+                self.queue(&ep, Pending::Send(rid));
+            }
+        } else {
+            self.queue(&ep, Pending::Send(rid));
+        }
+        Ok(Some(rid))
+    }
+
+    /// The immediate eager path: short, or one bcopy fragment. `Unsupported` when the message
+    /// needs more than one fragment.
+    #[inline]
+    fn eager_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> UcsResult<Outcome<()>> {
+        let len = buf.len();
+        if len <= ep.cfg.short_max {
+            if let Some(seg) = buf.contig() {
+                // SAFETY: the caller of `tag_send` keeps the buffer valid.
+                let data = unsafe { bytes(seg.ptr, seg.len) };
+                return ep.am().am_short(wire::AM_EAGER_ONLY, tag, data);
+            }
+        }
+        if len + len::EAGER_ONLY <= ep.cfg.bcopy_max {
+            let r = ep.am().am_bcopy(
+                wire::AM_EAGER_ONLY,
+                &mut |dst| {
+                    let mut w = Writer::new(dst);
+                    w.u64(tag);
+                    // SAFETY: the buffer is valid (caller) and `len` bytes fit (checked above).
+                    unsafe { buf.copy_out(0, &mut w.tail()[..len]) };
+                    len::EAGER_ONLY + len
+                },
+                uct::SendFlags::empty(),
+            )?;
+            return Ok(match r {
+                Outcome::Done(_) => Outcome::Done(()),
+                Outcome::InProgress => Outcome::InProgress,
+                Outcome::NoResource => Outcome::NoResource,
+            });
+        }
+        Err(Status::Unsupported)
+    }
+
+    /// Takes the user buffer out of a send request, so nothing is borrowed while sending.
+    fn take_send(&self, rid: Id) -> Option<(Buf, Tag, bool, SendPhaseView)> {
+        let mut reqs = self.reqs.borrow_mut();
+        match reqs.get_mut(rid) {
+            Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) => {
+                let buf = std::mem::replace(&mut s.buf, Buf::Contig(crate::request::Seg { ptr: std::ptr::null_mut(), len: 0 }));
+                let view = match s.phase {
+                    SendPhase::Queued => SendPhaseView::Start,
+                    SendPhase::Frags { offset, msg_id } => SendPhaseView::Frags { offset, msg_id },
+                    SendPhase::RndvFrags { rreq, offset } => SendPhaseView::RndvFrags { rreq, offset },
+                    _ => SendPhaseView::Nothing,
+                };
+                Some((buf, s.tag, s.sync, view))
+            }
+            _ => None,
+        }
+    }
+
+    /// Puts the buffer back and records the new phase; returns whether the request still runs.
+    fn put_send(&self, rid: Id, buf: Buf, phase: Option<SendPhase>) -> bool {
+        let mut reqs = self.reqs.borrow_mut();
+        match reqs.get_mut(rid) {
+            Some(ReqState { kind: ReqKind::Send(s), .. }) => {
+                s.buf = buf;
+                if let Some(p) = phase {
+                    s.phase = p;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Advances a send; true when it needs nothing more from the queue (finished, or waiting
+    /// for the peer), false when the lane had no resources.
+    pub fn send_progress(&self, ep: &Rc<Ep>, rid: Id) -> bool {
+        let Some((buf, tag, sync, view)) = self.take_send(rid) else { return true };
+        let len = buf.len();
+        let cfg = ep.cfg;
+        let (mut offset, msg_id, rndv_rreq) = match view {
+            SendPhaseView::Nothing => {
+                self.put_send(rid, buf, None);
+                return true;
+            }
+            SendPhaseView::Start => {
+                if len >= cfg.rndv_thresh {
+                    self.put_send(rid, buf, None);
+                    return self.send_rts(ep, rid);
+                }
+                // One piece?
+                let hdr = if sync { len::EAGER_SYNC_ONLY } else { len::EAGER_ONLY };
+                if !sync || len + hdr <= cfg.bcopy_max {
+                    let r = if sync {
+                        let (rep, sreq) = (ep.remote_id.get(), rid.raw());
+                        ep.am().am_bcopy(
+                            wire::AM_EAGER_SYNC_ONLY,
+                            &mut |dst| {
+                                let mut w = Writer::new(dst);
+                                w.u64(tag);
+                                w.u64(rep);
+                                w.u64(sreq);
+                                // SAFETY: valid buffer (caller of tag_send); fits (checked).
+                                unsafe { buf.copy_out(0, &mut w.tail()[..len]) };
+                                hdr + len
+                            },
+                            uct::SendFlags::empty(),
+                        )
+                        .map(|o| o.status())
+                    } else {
+                        self.eager_now(ep, &buf, tag).map(|o| o.status())
+                    };
+                    match r {
+                        Ok(Status::NoResource) => {
+                            self.put_send(rid, buf, None);
+                            return false;
+                        }
+                        Ok(_) => {
+                            self.put_send(rid, buf, None);
+                            self.sent_all(rid, sync);
+                            return true;
+                        }
+                        Err(Status::Unsupported) => {}
+                        Err(e) => {
+                            self.put_send(rid, buf, None);
+                            self.finish(rid, e);
+                            return true;
+                        }
+                    }
+                }
+                (0, self.msg_id(), None)
+            }
+            SendPhaseView::Frags { offset, msg_id } => (offset, msg_id, None),
+            SendPhaseView::RndvFrags { rreq, offset } => (offset, 0, Some(rreq)),
+        };
+        // Fragments.
+        loop {
+            let (id, hdr) = match rndv_rreq {
+                Some(_) => (wire::AM_RNDV_DATA, len::RNDV_DATA),
+                None if offset == 0 && sync => (wire::AM_EAGER_SYNC_FIRST, len::EAGER_SYNC_FIRST),
+                None if offset == 0 => (wire::AM_EAGER_FIRST, len::EAGER_FIRST),
+                None => (wire::AM_EAGER_MIDDLE, len::EAGER_MIDDLE),
+            };
+            let n = (len - offset).min(cfg.bcopy_max.saturating_sub(hdr));
+            if n == 0 && len > 0 {
+                tracing::error!("tag send: AM lane's bcopy size {} leaves no room for data", cfg.bcopy_max);
+                self.put_send(rid, buf, None);
+                self.finish(rid, Status::InvalidParam);
+                return true;
+            }
+            let (rep, sreq) = (ep.remote_id.get(), rid.raw());
+            let r = ep.am().am_bcopy(
+                id,
+                &mut |dst| {
+                    let mut w = Writer::new(dst);
+                    match rndv_rreq {
+                        Some(rreq) => {
+                            w.u64(rreq);
+                            w.u64(offset as u64);
+                        }
+                        None if offset == 0 => {
+                            w.u64(tag);
+                            w.u64(rep);
+                            w.u64(msg_id);
+                            w.u64(len as u64);
+                            if sync {
+                                w.u64(sreq);
+                            }
+                        }
+                        None => {
+                            w.u64(rep);
+                            w.u64(msg_id);
+                            w.u64(offset as u64);
+                        }
+                    }
+                    // SAFETY: valid buffer (caller of tag_send); `offset + n <= len` and `n`
+                    // bytes fit after the header.
+                    unsafe { buf.copy_out(offset, &mut w.tail()[..n]) };
+                    hdr + n
+                },
+                uct::SendFlags::empty(),
+            );
+            match r {
+                Ok(Outcome::NoResource) => {
+                    let phase = match rndv_rreq {
+                        Some(rreq) => SendPhase::RndvFrags { rreq, offset },
+                        None => SendPhase::Frags { offset, msg_id },
+                    };
+                    self.put_send(rid, buf, Some(phase));
+                    return false;
+                }
+                Ok(_) => {
+                    offset += n;
+                    if offset >= len {
+                        self.put_send(rid, buf, None);
+                        if rndv_rreq.is_some() {
+                            self.finish(rid, Status::Ok);
+                        } else {
+                            self.sent_all(rid, sync);
+                        }
+                        return true;
+                    }
+                }
+                Err(e) => {
+                    self.put_send(rid, buf, None);
+                    self.finish(rid, e);
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Every byte of an eager send went out: done, or wait for the sync ack (unless it came
+    /// already, which the loop-back transport makes possible).
+    fn sent_all(&self, rid: Id, sync: bool) {
+        if sync {
+            let still = {
+                let mut reqs = self.reqs.borrow_mut();
+                match reqs.get_mut(rid) {
+                    Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync => {
+                        s.phase = SendPhase::WaitAck;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if still {
+                return;
+            }
+        }
+        self.finish(rid, Status::Ok);
+    }
+
+    /// Sends the RTS of a rendezvous, registering the buffer when a zero-copy lane can use it.
+    fn send_rts(&self, ep: &Rc<Ep>, rid: Id) -> bool {
+        let (seg, tag, len, hint, has_memh) = {
+            let reqs = self.reqs.borrow();
+            match reqs.get(rid) {
+                Some(ReqState { kind: ReqKind::Send(s), .. }) => {
+                    (s.buf.contig(), s.tag, s.buf.len(), s.hint, s.memh.is_some())
+                }
+                _ => return true,
+            }
+        };
+        let mut rkey = Vec::new();
+        let mut flags = 0u8;
+        if let Some(seg) = seg {
+            flags |= wire::RTS_FLAG_CONTIG;
+            if let Some(lane) = ep.rndv {
+                let want_get = lane.get && matches!(ep.cfg.scheme, RndvScheme::Auto | RndvScheme::GetZcopy);
+                let want_put = lane.put && matches!(ep.cfg.scheme, RndvScheme::Auto | RndvScheme::PutZcopy);
+                if (want_get || want_put) && len <= lane.max_zcopy && len > 0 {
+                    let memh = if has_memh {
+                        None
+                    } else {
+                        match self.memh_for(hint.as_ref(), lane.iface, seg.ptr, seg.len) {
+                            Ok(m) => Some(m),
+                            Err(e) => {
+                                tracing::debug!("rndv: cannot register the send buffer ({e}); data goes by AM");
+                                None
+                            }
+                        }
+                    };
+                    let mut reqs = self.reqs.borrow_mut();
+                    if let Some(ReqState { kind: ReqKind::Send(s), .. }) = reqs.get_mut(rid) {
+                        if memh.is_some() {
+                            s.memh = memh;
+                        }
+                        if want_get {
+                            if let Some(m) = &s.memh {
+                                match self.ifaces[lane.iface].md.mkey_pack(m) {
+                                    Ok(k) => rkey = k,
+                                    Err(e) => tracing::debug!("rndv: cannot pack a key ({e})"),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
+        self.put_send_phase(rid, SendPhase::Rts { sent: false });
+        let (rep, sreq) = (ep.remote_id.get(), rid.raw());
+        let r = ep.am().am_bcopy(
+            wire::AM_RNDV_RTS,
+            &mut |dst| {
+                let mut w = Writer::new(dst);
+                w.u64(tag);
+                w.u64(rep);
+                w.u64(sreq);
+                w.u64(len as u64);
+                w.u64(addr);
+                w.put(&[flags]);
+                w.put(&(rkey.len() as u16).to_le_bytes());
+                w.put(&rkey);
+                w.written()
+            },
+            uct::SendFlags::empty(),
+        );
+        match r {
+            Ok(Outcome::NoResource) => {
+                self.put_send_phase(rid, SendPhase::Queued);
+                false
+            }
+            Ok(_) => {
+                let mut reqs = self.reqs.borrow_mut();
+                if let Some(ReqState { kind: ReqKind::Send(s), .. }) = reqs.get_mut(rid) {
+                    if matches!(s.phase, SendPhase::Rts { sent: false }) {
+                        s.phase = SendPhase::Rts { sent: true };
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                self.finish(rid, e);
+                true
+            }
+        }
+    }
+
+    fn put_send_phase(&self, rid: Id, phase: SendPhase) {
+        if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+            s.phase = phase;
+        }
+    }
+
+    /// ATS: the receiver is done with our buffer (or gave up).
+    pub fn on_ats(&self, data: &[u8]) {
+        let mut r = Reader::new(data);
+        let (Some(sreq), Some(st)) = (r.u64(), r.u32()) else {
+            tracing::warn!("rndv ats: truncated header; dropped");
+            return;
+        };
+        let Some(rid) = self.sreq_from_wire(sreq, "rndv ats") else { return };
+        let status = Status::from_code(st as i32 as i8).unwrap_or(Status::IoError);
+        self.finish(rid, if status == Status::MessageTruncated { Status::Ok } else { status });
+    }
+
+    /// RTR: the receiver is ready; put the data (with its key) or send it in fragments.
+    pub fn on_rtr(&self, data: &[u8]) {
+        let mut r = Reader::new(data);
+        let parsed = (|| {
+            let ep = r.u64()?;
+            let sreq = r.u64()?;
+            let rreq = r.u64()?;
+            let addr = r.u64()?;
+            let len = r.u64()?;
+            let klen = r.u16()? as usize;
+            let key = r.bytes(klen)?;
+            Some((ep, sreq, rreq, addr, len, key))
+        })();
+        let Some((ep_raw, sreq, rreq, addr, rlen, key)) = parsed else {
+            tracing::warn!("rndv rtr: malformed header; dropped");
+            return;
+        };
+        let Some(ep) = self.ep_from_wire(ep_raw, "rndv rtr") else { return };
+        let Some(rid) = self.sreq_from_wire(sreq, "rndv rtr") else { return };
+        let (seg, len, hint) = match self.reqs.borrow().get(rid) {
+            Some(ReqState { kind: ReqKind::Send(s), .. }) if matches!(s.phase, SendPhase::Rts { .. }) => {
+                (s.buf.contig(), s.buf.len(), s.hint)
+            }
+            _ => {
+                tracing::warn!("rndv rtr: request {sreq:#x} is not waiting for one; dropped");
+                return;
+            }
+        };
+        if rlen as usize != len {
+            tracing::warn!("rndv rtr: peer asked for {rlen} bytes of a {len}-byte message; failing the send");
+            self.finish(rid, Status::InvalidParam);
+            return;
+        }
+        if !key.is_empty() {
+            let (Some(lane), Some(seg)) = (ep.rndv, seg) else {
+                tracing::warn!("rndv rtr: a key for a put this endpoint cannot do; failing the send");
+                self.finish(rid, Status::Unsupported);
+                return;
+            };
+            let wi = &self.ifaces[lane.iface];
+            let rkey = match wi.md.component().rkey_unpack(key) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!("rndv rtr: bad remote key ({e}); failing the send");
+                    self.finish(rid, e);
+                    return;
+                }
+            };
+            let memh = match self.memh_for(hint.as_ref(), lane.iface, seg.ptr, seg.len) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.finish(rid, e);
+                    return;
+                }
+            };
+            let weak = self.weak.clone();
+            let ep_id = ep.id.get();
+            let comp = uct::Completion::new(1, move |st| {
+                if let Some(core) = weak.upgrade() {
+                    core.rndv_put_done(ep_id, rid, rreq, st);
+                }
+            });
+            self.put_send_phase(rid, SendPhase::Put);
+            let iov = [uct::Iov::new(seg.ptr, seg.len, Some(&memh))];
+            // SAFETY: the send buffer stays valid until the request completes (caller of
+            // tag_send), which happens only in `rndv_put_done`; the handle and key are kept in
+            // the request until then.
+            let res = unsafe { ep.uct_eps[lane.uct].1.put_zcopy(&iov, addr, &rkey, Some(&comp)) };
+            if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                s.memh = Some(memh);
+                s.rkey = Some(rkey);
+            }
+            match res {
+                Ok(Outcome::Done(())) => comp.complete(Status::Ok),
+                Ok(Outcome::InProgress) => {}
+                Ok(Outcome::NoResource) => comp.complete(Status::NoResource),
+                Err(e) => comp.complete(e),
+            }
+        } else {
+            self.put_send_phase(rid, SendPhase::RndvFrags { rreq, offset: 0 });
+            if !(ep.ready() && self.send_progress(&ep, rid)) {
+                self.queue(&ep, Pending::Send(rid));
+            }
+        }
+    }
+
+    fn rndv_put_done(&self, ep_id: Id, sreq: Id, rreq: u64, status: Status) {
+        if !status.is_err() {
+            if let Some(ep) = self.ep(ep_id) {
+                self.send_ctrl(&ep, Ctrl::Atp { rreq });
+            }
+        }
+        self.finish(sreq, status);
+    }
+
+    // ---- receive side ------------------------------------------------------------------------
+
+    /// Posts a tagged receive.
+    ///
+    /// # Safety
+    /// The buffers in `buf` must stay valid, and not be accessed, until the request completes.
+    pub unsafe fn tag_recv(&self, buf: Buf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
+        let posted = self.tm.borrow_mut().post(tag, mask, Id::from_raw(0));
+        match posted {
+            Posted::Waiting(h) => {
+                if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
+                    self.tm.borrow_mut().cancel(h);
+                    return Err(Status::NoResource);
+                }
+                let rid = self.req_new(ReqKind::Recv(recv_req(buf, Some(h), param.memh)), param.callback);
+                if let Some(slot) = self.tm.borrow_mut().expected_mut(h) {
+                    *slot = rid;
+                }
+                Ok(RecvOut::Req(rid))
+            }
+            Posted::Matched { tag, msg, .. } => self.recv_matched(buf, tag, msg, param),
+        }
+    }
+
+    /// A receive met an unexpected message (at posting, or from a probed handle).
+    pub(crate) fn recv_matched(&self, buf: Buf, tag: Tag, msg: Unexp, param: RequestParam) -> UcsResult<RecvOut> {
+        let info = RecvInfo { length: msg.length(), sender_tag: tag };
+        match msg {
+            Unexp::Eager { desc, offset, sync } => self.recv_whole_now(&buf, info, &desc[offset..], sync, param),
+            Unexp::Frag { data, total, sync, .. } if data.len() == total => self.recv_whole_now(&buf, info, &data, sync, param),
+            Unexp::Frag { key, total, data, sync } => {
+                let mut r = recv_req(buf, None, param.memh);
+                r.total = total;
+                r.received = data.len();
+                r.frag_key = Some(key);
+                r.sync = sync;
+                if total > r.buf.len() {
+                    r.truncated = true;
+                } else {
+                    // SAFETY: valid buffer (caller); `data.len() < total <= buffer length`.
+                    unsafe { r.buf.copy_in(0, &data) };
+                }
+                let rid = self.req_new(ReqKind::Recv(r), param.callback);
+                self.set_info(rid, info);
+                self.frags.borrow_mut().insert(key, FragTarget::Req(rid));
+                Ok(RecvOut::Req(rid))
+            }
+            Unexp::Rts(rts) => {
+                let rid = self.req_new(ReqKind::Recv(recv_req(buf, None, param.memh)), param.callback);
+                self.set_info(rid, info);
+                self.rndv_matched(rid, rts);
+                Ok(RecvOut::Req(rid))
+            }
+        }
+    }
+
+    /// A whole unexpected message for a receive being posted: copy, acknowledge, and complete
+    /// at once (or through a completed request with NO_IMM_CMPL).
+    fn recv_whole_now(
+        &self,
+        buf: &Buf,
+        info: RecvInfo,
+        payload: &[u8],
+        sync: Option<(u64, u64)>,
+        param: RequestParam,
+    ) -> UcsResult<RecvOut> {
+        let status = if payload.len() > buf.len() {
+            Status::MessageTruncated
+        } else {
+            // SAFETY: the caller of `tag_recv` keeps the buffer valid; the payload fits.
+            unsafe { buf.copy_in(0, payload) };
+            Status::Ok
+        };
+        if let Some((ep, sreq)) = sync {
+            self.sync_ack(ep, sreq);
+        }
+        if param.flags.contains(RequestFlags::NO_IMM_CMPL) {
+            let rid = self.req_new(ReqKind::Done, None);
+            if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
+                r.info = info;
+                r.status = status;
+            }
+            // The callback of a request completed at creation runs now.
+            if let Some(cb) = param.callback {
+                cb(status, info);
+            }
+            return Ok(RecvOut::Req(rid));
+        }
+        if status.is_err() {
+            Err(status)
+        } else {
+            Ok(RecvOut::Done(info))
+        }
+    }
+
+    fn set_info(&self, rid: Id, info: RecvInfo) {
+        if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
+            r.info = info;
+        }
+    }
+
+    fn sync_ack(&self, ep: u64, sreq: u64) {
+        if let Some(ep) = self.ep_from_wire(ep, "eager sync") {
+            self.send_ctrl(&ep, Ctrl::SyncAck { sreq });
+        }
+    }
+
+    /// A whole message for a matched receive.
+    fn deliver_whole(&self, rid: Id, tag: Tag, payload: &[u8], sync: Option<(u64, u64)>) {
+        let status = {
+            let mut reqs = self.reqs.borrow_mut();
+            let Some(r) = reqs.get_mut(rid) else { return };
+            r.info = RecvInfo { length: payload.len(), sender_tag: tag };
+            match &mut r.kind {
+                ReqKind::Recv(rr) => {
+                    rr.posted = None;
+                    if payload.len() > rr.buf.len() {
+                        Status::MessageTruncated
+                    } else {
+                        // SAFETY: the caller of `tag_recv` keeps the buffer valid; it fits.
+                        unsafe { rr.buf.copy_in(0, payload) };
+                        Status::Ok
+                    }
+                }
+                _ => return,
+            }
+        };
+        if let Some((ep, sreq)) = sync {
+            self.sync_ack(ep, sreq);
+        }
+        self.finish(rid, status);
+    }
+
+    pub fn on_eager_only(&self, m: uct::AmRecv<'_>) {
+        let data = m.data();
+        let Some(tag) = Reader::new(data).u64() else {
+            tracing::warn!("eager: message shorter than its header; dropped");
+            return;
+        };
+        let hit = self.tm.borrow_mut().take_expected(tag);
+        match hit {
+            Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_ONLY..], None),
+            None => {
+                let desc = m.keep();
+                self.tm.borrow_mut().push_unexpected(tag, Unexp::Eager { desc, offset: len::EAGER_ONLY, sync: None });
+            }
+        }
+    }
+
+    pub fn on_eager_sync_only(&self, m: uct::AmRecv<'_>) {
+        let data = m.data();
+        let mut r = Reader::new(data);
+        let (Some(tag), Some(ep), Some(sreq)) = (r.u64(), r.u64(), r.u64()) else {
+            tracing::warn!("eager sync: message shorter than its header; dropped");
+            return;
+        };
+        let hit = self.tm.borrow_mut().take_expected(tag);
+        match hit {
+            Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_SYNC_ONLY..], Some((ep, sreq))),
+            None => {
+                let desc = m.keep();
+                let u = Unexp::Eager { desc, offset: len::EAGER_SYNC_ONLY, sync: Some((ep, sreq)) };
+                self.tm.borrow_mut().push_unexpected(tag, u);
+            }
+        }
+    }
+
+    pub fn on_eager_first(&self, sync: bool, m: uct::AmRecv<'_>) {
+        let data = m.data();
+        let mut r = Reader::new(data);
+        let parsed = (|| {
+            let tag = r.u64()?;
+            let ep = r.u64()?;
+            let msg_id = r.u64()?;
+            let total = r.u64()?;
+            let sreq = if sync { Some(r.u64()?) } else { None };
+            Some((tag, ep, msg_id, total, sreq, r.rest()))
+        })();
+        let Some((tag, ep, msg_id, total, sreq, payload)) = parsed else {
+            tracing::warn!("eager first: message shorter than its header; dropped");
+            return;
+        };
+        let Ok(total) = usize::try_from(total) else {
+            tracing::warn!("eager first: length {total} out of range; dropped");
+            return;
+        };
+        if payload.len() > total {
+            tracing::warn!("eager first: {} bytes in a {total}-byte message; dropped", payload.len());
+            return;
+        }
+        let key = (ep, msg_id);
+        let sync = sreq.map(|s| (ep, s));
+        let hit = self.tm.borrow_mut().take_expected(tag);
+        match hit {
+            Some(rid) if payload.len() == total => self.deliver_whole(rid, tag, payload, sync),
+            Some(rid) => {
+                {
+                    let mut reqs = self.reqs.borrow_mut();
+                    let Some(st) = reqs.get_mut(rid) else { return };
+                    st.info = RecvInfo { length: total, sender_tag: tag };
+                    let ReqKind::Recv(rr) = &mut st.kind else { return };
+                    rr.posted = None;
+                    rr.total = total;
+                    rr.received = payload.len();
+                    rr.frag_key = Some(key);
+                    rr.sync = sync;
+                    if total > rr.buf.len() {
+                        rr.truncated = true;
+                    } else {
+                        // SAFETY: valid buffer (caller of tag_recv); the payload is within it.
+                        unsafe { rr.buf.copy_in(0, payload) };
+                    }
+                }
+                self.frags.borrow_mut().insert(key, FragTarget::Req(rid));
+            }
+            None => {
+                let u = Unexp::Frag { key, total, data: payload.to_vec(), sync };
+                let complete = payload.len() == total;
+                let h = self.tm.borrow_mut().push_unexpected(tag, u);
+                if !complete {
+                    self.frags.borrow_mut().insert(key, FragTarget::Unexp(h));
+                }
+            }
+        }
+    }
+
+    pub fn on_eager_middle(&self, data: &[u8]) {
+        let mut r = Reader::new(data);
+        let (Some(ep), Some(msg_id), Some(offset)) = (r.u64(), r.u64(), r.u64()) else {
+            tracing::warn!("eager middle: message shorter than its header; dropped");
+            return;
+        };
+        let payload = r.rest();
+        let key = (ep, msg_id);
+        let Some(target) = self.frags.borrow().get(&key).copied() else {
+            tracing::warn!("eager middle: no message {msg_id:#x} in progress; dropped");
+            return;
+        };
+        let offset = offset as usize;
+        let append = |data: &mut Vec<u8>, total: usize| -> Option<bool> {
+            if offset != data.len() || offset + payload.len() > total {
+                return None;
+            }
+            data.extend_from_slice(payload);
+            Some(data.len() == total)
+        };
+        let complete = match target {
+            FragTarget::Unexp(h) => match self.tm.borrow_mut().unexpected_mut(h) {
+                Some(Unexp::Frag { data, total, .. }) => append(data, *total),
+                _ => None,
+            },
+            FragTarget::Probed(id) => match self.probed.borrow_mut().get_mut(id) {
+                Some((_, Unexp::Frag { data, total, .. })) => append(data, *total),
+                _ => None,
+            },
+            FragTarget::Req(rid) => {
+                let mut reqs = self.reqs.borrow_mut();
+                match reqs.get_mut(rid) {
+                    Some(ReqState { kind: ReqKind::Recv(rr), .. })
+                        if offset == rr.received && offset + payload.len() <= rr.total =>
+                    {
+                        if !rr.truncated {
+                            // SAFETY: valid buffer (caller of tag_recv); in bounds (checked,
+                            // and total <= buffer length when not truncated).
+                            unsafe { rr.buf.copy_in(offset, payload) };
+                        }
+                        rr.received += payload.len();
+                        Some(rr.received == rr.total)
+                    }
+                    _ => None,
+                }
+            }
+        };
+        match complete {
+            None => tracing::warn!("eager middle: fragment at {offset} does not continue message {msg_id:#x}; dropped"),
+            Some(false) => {}
+            Some(true) => {
+                self.frags.borrow_mut().remove(&key);
+                if let FragTarget::Req(rid) = target {
+                    self.recv_frags_done(rid);
+                }
+            }
+        }
+    }
+
+    /// All fragments of a matched message arrived.
+    fn recv_frags_done(&self, rid: Id) {
+        let (sync, truncated) = match self.reqs.borrow_mut().get_mut(rid) {
+            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => (rr.sync.take(), rr.truncated),
+            _ => return,
+        };
+        if let Some((ep, sreq)) = sync {
+            self.sync_ack(ep, sreq);
+        }
+        self.finish(rid, if truncated { Status::MessageTruncated } else { Status::Ok });
+    }
+
+    /// Looks at the unexpected queue (`ucp_tag_probe_nb`); with `remove`, takes the message
+    /// out into a handle for [`Core::msg_recv`].
+    pub fn probe(&self, tag: Tag, mask: Tag, remove: bool) -> Option<(RecvInfo, Option<Id>)> {
+        let mut tm = self.tm.borrow_mut();
+        let (h, t, msg) = tm.probe(tag, mask)?;
+        let info = RecvInfo { length: msg.length(), sender_tag: t };
+        if !remove {
+            return Some((info, None));
+        }
+        let (t, msg) = tm.take_unexpected(h)?;
+        drop(tm);
+        let key = match &msg {
+            Unexp::Frag { key, data, total, .. } if data.len() < *total => Some(*key),
+            _ => None,
+        };
+        let id = self.probed.borrow_mut().insert((t, msg));
+        if let Some(k) = key {
+            self.frags.borrow_mut().insert(k, FragTarget::Probed(id));
+        }
+        Some((info, Some(id)))
+    }
+
+    /// Receives a probed message (`ucp_tag_msg_recv_nbx`).
+    ///
+    /// # Safety
+    /// As [`Core::tag_recv`].
+    pub unsafe fn msg_recv(&self, buf: Buf, msg: Id, param: RequestParam) -> UcsResult<RecvOut> {
+        let Some((tag, m)) = self.probed.borrow_mut().remove(msg) else {
+            tracing::error!("tag msg recv: message handle {msg:?} is not a probed message (received already?)");
+            return Err(Status::InvalidParam);
+        };
+        self.recv_matched(buf, tag, m, param)
+    }
+
+    // ---- rendezvous, receive side -------------------------------------------------------------
+
+    pub fn on_rts(&self, data: &[u8]) {
+        let mut r = Reader::new(data);
+        let parsed = (|| {
+            let tag = r.u64()?;
+            let ep = r.u64()?;
+            let sreq = r.u64()?;
+            let size = r.u64()?;
+            let addr = r.u64()?;
+            let flags = r.u8()?;
+            let klen = r.u16()? as usize;
+            let key = r.bytes(klen)?;
+            Some((tag, ep, sreq, size, addr, flags, key))
+        })();
+        let Some((tag, ep, sreq, size, addr, flags, key)) = parsed else {
+            tracing::warn!("rndv rts: malformed header; dropped");
+            return;
+        };
+        let Ok(size) = usize::try_from(size) else {
+            tracing::warn!("rndv rts: size {size} out of range; dropped");
+            return;
+        };
+        let rts = Rts { ep, sreq, size, addr, rkey: key.to_vec(), contig: flags & wire::RTS_FLAG_CONTIG != 0 };
+        let hit = self.tm.borrow_mut().take_expected(tag);
+        match hit {
+            Some(rid) => {
+                self.set_info(rid, RecvInfo { length: size, sender_tag: tag });
+                if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                    rr.posted = None;
+                }
+                self.rndv_matched(rid, rts);
+            }
+            None => {
+                self.tm.borrow_mut().push_unexpected(tag, Unexp::Rts(rts));
+            }
+        }
+    }
+
+    /// A receive matched an RTS: fetch (get), invite a put (RTR with a key), or invite AM
+    /// fragments (RTR without a key).
+    fn rndv_matched(&self, rid: Id, rts: Rts) {
+        let Some(ep) = self.ep_from_wire(rts.ep, "rndv rts") else {
+            self.finish(rid, Status::ConnectionReset);
+            return;
+        };
+        let (seg, buflen, hint) = match self.reqs.borrow_mut().get_mut(rid) {
+            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => {
+                rr.total = rts.size;
+                (rr.buf.contig(), rr.buf.len(), rr.hint)
+            }
+            _ => return,
+        };
+        if rts.size > buflen || rts.size == 0 {
+            let status = if rts.size > buflen { Status::MessageTruncated } else { Status::Ok };
+            self.send_ctrl(&ep, Ctrl::Ats { sreq: rts.sreq, status: status.code() as i32 });
+            self.finish(rid, status);
+            return;
+        }
+        let scheme = ep.cfg.scheme;
+        let lane = ep.rndv.filter(|l| rts.size <= l.max_zcopy);
+        let get_ok = lane.is_some_and(|l| l.get)
+            && !rts.rkey.is_empty()
+            && seg.is_some()
+            && matches!(scheme, RndvScheme::Auto | RndvScheme::GetZcopy);
+        let put_ok = lane.is_some_and(|l| l.put)
+            && rts.contig
+            && seg.is_some()
+            && matches!(scheme, RndvScheme::Auto | RndvScheme::PutZcopy);
+        let (sreq, rep) = (rts.sreq, ep.remote_id.get());
+        if get_ok {
+            if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                rr.rts = Some(rts);
+            }
+            if !(ep.ready() && self.rndv_get_start(&ep, rid)) {
+                self.queue(&ep, Pending::Get(rid));
+            }
+            return;
+        }
+        let mut key = Vec::new();
+        if put_ok {
+            if let (Some(l), Some(s)) = (lane, seg) {
+                match self.memh_for(hint.as_ref(), l.iface, s.ptr, s.len) {
+                    Ok(m) => {
+                        if let Ok(k) = self.ifaces[l.iface].md.mkey_pack(&m) {
+                            key = k;
+                            if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                                rr.memh = Some(m);
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!("rndv: cannot register the receive buffer ({e}); data goes by AM"),
+                }
+            }
+        }
+        let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
+        self.send_ctrl(&ep, Ctrl::Rtr { ep: rep, sreq, rreq: rid.raw(), addr, len: rts.size as u64, rkey: key });
+    }
+
+    /// Issues the get of a matched rendezvous; false when the lane had no resources.
+    pub fn rndv_get_start(&self, ep: &Rc<Ep>, rid: Id) -> bool {
+        let Some(lane) = ep.rndv else { return true };
+        let (seg, addr, key, sreq, hint) = match self.reqs.borrow().get(rid) {
+            Some(ReqState { kind: ReqKind::Recv(rr), status: Status::InProgress, .. }) => match (&rr.rts, rr.buf.contig()) {
+                (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey.clone(), rts.sreq, rr.hint),
+                _ => return true,
+            },
+            _ => return true,
+        };
+        let size = seg.len.min(self.req_total(rid));
+        let wi = &self.ifaces[lane.iface];
+        let fail = |e: Status| {
+            self.send_ctrl(ep, Ctrl::Ats { sreq, status: e.code() as i32 });
+            self.finish(rid, e);
+            true
+        };
+        let rkey = match wi.md.component().rkey_unpack(&key) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!("rndv rts: bad remote key ({e})");
+                return fail(e);
+            }
+        };
+        let memh = match self.memh_for(hint.as_ref(), lane.iface, seg.ptr, size) {
+            Ok(m) => m,
+            Err(e) => return fail(e),
+        };
+        let weak = self.weak.clone();
+        let ep_id = ep.id.get();
+        let comp = uct::Completion::new(1, move |st| {
+            if let Some(core) = weak.upgrade() {
+                core.rndv_get_done(ep_id, rid, sreq, st);
+            }
+        });
+        let iov = [uct::Iov::new(seg.ptr, size, Some(&memh))];
+        // SAFETY: the receive buffer stays valid and untouched until the request completes
+        // (caller of tag_recv, or the worker holds it for a future); completion happens only in
+        // `rndv_get_done`, and the handle and key live in the request until then.
+        let res = unsafe { ep.uct_eps[lane.uct].1.get_zcopy(&iov, addr, &rkey, Some(&comp)) };
+        if let Ok(Outcome::NoResource) = res {
+            return false;
+        }
+        if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+            rr.memh = Some(memh);
+            rr.rkey = Some(rkey);
+        }
+        match res {
+            Ok(Outcome::Done(())) => comp.complete(Status::Ok),
+            Ok(_) => {}
+            Err(e) => comp.complete(e),
+        }
+        true
+    }
+
+    fn req_total(&self, rid: Id) -> usize {
+        match self.reqs.borrow().get(rid) {
+            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => rr.total,
+            _ => 0,
+        }
+    }
+
+    fn rndv_get_done(&self, ep_id: Id, rid: Id, sreq: u64, status: Status) {
+        if let Some(ep) = self.ep(ep_id) {
+            self.send_ctrl(&ep, Ctrl::Ats { sreq, status: status.code() as i32 });
+        }
+        self.finish(rid, status);
+    }
+
+    pub fn on_rndv_data(&self, data: &[u8]) {
+        let mut r = Reader::new(data);
+        let (Some(rreq), Some(offset)) = (r.u64(), r.u64()) else {
+            tracing::warn!("rndv data: truncated header; dropped");
+            return;
+        };
+        let payload = r.rest();
+        let Some(rid) = self.rreq_from_wire(rreq, "rndv data") else { return };
+        let done = {
+            let mut reqs = self.reqs.borrow_mut();
+            let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = reqs.get_mut(rid) else { return };
+            let offset = offset as usize;
+            if offset.checked_add(payload.len()).is_none_or(|e| e > rr.total || e > rr.buf.len()) {
+                tracing::warn!("rndv data: {} bytes at {offset} outside the {}-byte message; dropped", payload.len(), rr.total);
+                return;
+            }
+            // SAFETY: valid buffer (caller of tag_recv); in bounds (checked).
+            unsafe { rr.buf.copy_in(offset, payload) };
+            rr.received += payload.len();
+            rr.received >= rr.total
+        };
+        if done {
+            self.finish(rid, Status::Ok);
+        }
+    }
+
+    pub fn on_atp(&self, data: &[u8]) {
+        let Some(rreq) = Reader::new(data).u64() else {
+            tracing::warn!("rndv atp: truncated header; dropped");
+            return;
+        };
+        if let Some(rid) = self.rreq_from_wire(rreq, "rndv atp") {
+            self.finish(rid, Status::Ok);
+        }
+    }
+}
+
+/// What `send_progress` has to do next.
+enum SendPhaseView {
+    Start,
+    Frags { offset: usize, msg_id: u64 },
+    RndvFrags { rreq: u64, offset: usize },
+    Nothing,
+}
+
+fn recv_req(buf: Buf, posted: Option<crate::tag::RecvHandle>, hint: Option<crate::mem::MemHandle>) -> RecvReq {
+    RecvReq {
+        buf,
+        posted,
+        received: 0,
+        total: 0,
+        memh: None,
+        frag_key: None,
+        sync: None,
+        truncated: false,
+        rts: None,
+        rkey: None,
+        hint,
+    }
+}

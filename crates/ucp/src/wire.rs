@@ -1,0 +1,292 @@
+//! Wire formats of UCP's active messages: ids, headers, and strict parsing.
+//!
+//! Every header is a fixed sequence of little-endian words after the uct AM id. A message too
+//! short for its header, or with a length field that disagrees with the bytes present, parses
+//! to `None`; the caller logs it and drops the message. Peers are never trusted: ids in headers
+//! are looked up in generation-checked tables, offsets are bounds-checked against the request.
+//!
+//! `ep` fields hold the *receiver's* endpoint id for the sender (learned during wireup), so the
+//! receiver can reply on the right endpoint. `sreq`/`rreq` are request ids of the sender and
+//! the receiver.
+
+/// Wireup: connection request and reply.
+pub const AM_WIREUP: u8 = 1;
+/// Eager message in one piece: `[tag]` + payload (short: the tag is the 8-byte header).
+pub const AM_EAGER_ONLY: u8 = 2;
+/// First fragment of a multi-fragment eager message.
+pub const AM_EAGER_FIRST: u8 = 3;
+/// Following fragments of a multi-fragment eager message (sync or not).
+pub const AM_EAGER_MIDDLE: u8 = 4;
+/// Synchronous eager message in one piece.
+pub const AM_EAGER_SYNC_ONLY: u8 = 5;
+/// First fragment of a synchronous multi-fragment eager message.
+pub const AM_EAGER_SYNC_FIRST: u8 = 6;
+/// The receiver matched a synchronous eager message.
+pub const AM_SYNC_ACK: u8 = 7;
+/// Rendezvous request to send.
+pub const AM_RNDV_RTS: u8 = 8;
+/// Rendezvous: the receiver has the data (get) or gave up (truncation, cancel).
+pub const AM_RNDV_ATS: u8 = 9;
+/// Rendezvous: the receiver is ready; push the data (put_zcopy, or AM fragments without a key).
+pub const AM_RNDV_RTR: u8 = 10;
+/// Rendezvous data fragment (AM scheme).
+pub const AM_RNDV_DATA: u8 = 11;
+/// Rendezvous: the sender's put completed.
+pub const AM_RNDV_ATP: u8 = 12;
+
+/// Every AM id UCP uses, for handler registration.
+pub const ALL_AM_IDS: [u8; 12] = [
+    AM_WIREUP,
+    AM_EAGER_ONLY,
+    AM_EAGER_FIRST,
+    AM_EAGER_MIDDLE,
+    AM_EAGER_SYNC_ONLY,
+    AM_EAGER_SYNC_FIRST,
+    AM_SYNC_ACK,
+    AM_RNDV_RTS,
+    AM_RNDV_ATS,
+    AM_RNDV_RTR,
+    AM_RNDV_DATA,
+    AM_RNDV_ATP,
+];
+
+/// Human name of an AM id, for logs.
+pub fn am_name(id: u8) -> &'static str {
+    match id {
+        AM_WIREUP => "wireup",
+        AM_EAGER_ONLY => "eager",
+        AM_EAGER_FIRST => "eager first",
+        AM_EAGER_MIDDLE => "eager middle",
+        AM_EAGER_SYNC_ONLY => "eager sync",
+        AM_EAGER_SYNC_FIRST => "eager sync first",
+        AM_SYNC_ACK => "sync ack",
+        AM_RNDV_RTS => "rndv rts",
+        AM_RNDV_ATS => "rndv ats",
+        AM_RNDV_RTR => "rndv rtr",
+        AM_RNDV_DATA => "rndv data",
+        AM_RNDV_ATP => "rndv atp",
+        _ => "unknown",
+    }
+}
+
+/// Reads little-endian words off the front of a message.
+pub struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// Reads from `buf`.
+    #[inline]
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf }
+    }
+
+    /// The next 8 bytes.
+    #[inline]
+    pub fn u64(&mut self) -> Option<u64> {
+        let (w, rest) = self.buf.split_first_chunk::<8>()?;
+        self.buf = rest;
+        Some(u64::from_le_bytes(*w))
+    }
+
+    /// The next 4 bytes.
+    #[inline]
+    pub fn u32(&mut self) -> Option<u32> {
+        let (w, rest) = self.buf.split_first_chunk::<4>()?;
+        self.buf = rest;
+        Some(u32::from_le_bytes(*w))
+    }
+
+    /// The next 2 bytes.
+    #[inline]
+    pub fn u16(&mut self) -> Option<u16> {
+        let (w, rest) = self.buf.split_first_chunk::<2>()?;
+        self.buf = rest;
+        Some(u16::from_le_bytes(*w))
+    }
+
+    /// The next byte.
+    #[inline]
+    pub fn u8(&mut self) -> Option<u8> {
+        let (w, rest) = self.buf.split_first()?;
+        self.buf = rest;
+        Some(*w)
+    }
+
+    /// The next `n` bytes.
+    #[inline]
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.buf.len() {
+            return None;
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Some(a)
+    }
+
+    /// Everything left.
+    #[inline]
+    pub fn rest(self) -> &'a [u8] {
+        self.buf
+    }
+}
+
+/// Writes little-endian words into a transport buffer. Writing past the end is a bug of the
+/// caller (sizes are computed from the same constants) and panics in debug builds only after
+/// truncating; `written` then reports how far it got.
+pub struct Writer<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl<'a> Writer<'a> {
+    /// Writes into `buf`.
+    #[inline]
+    pub fn new(buf: &'a mut [u8]) -> Self {
+        Writer { buf, pos: 0 }
+    }
+
+    /// Appends bytes; returns false (writing nothing) when they do not fit.
+    #[inline]
+    pub fn put(&mut self, b: &[u8]) -> bool {
+        match self.buf.get_mut(self.pos..self.pos + b.len()) {
+            Some(d) => {
+                d.copy_from_slice(b);
+                self.pos += b.len();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Appends a word.
+    #[inline]
+    pub fn u64(&mut self, v: u64) -> bool {
+        self.put(&v.to_le_bytes())
+    }
+
+    /// The unwritten tail, to fill directly.
+    #[inline]
+    pub fn tail(&mut self) -> &mut [u8] {
+        &mut self.buf[self.pos..]
+    }
+
+    /// Marks `n` bytes of the tail written.
+    #[inline]
+    pub fn advance(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.buf.len());
+    }
+
+    /// Bytes written so far.
+    #[inline]
+    pub fn written(&self) -> usize {
+        self.pos
+    }
+}
+
+/// Header sizes.
+pub mod len {
+    /// Eager only: tag.
+    pub const EAGER_ONLY: usize = 8;
+    /// Eager first: tag, ep, msg id, total length.
+    pub const EAGER_FIRST: usize = 32;
+    /// Eager middle: ep, msg id, offset.
+    pub const EAGER_MIDDLE: usize = 24;
+    /// Eager sync only: tag, ep, sreq.
+    pub const EAGER_SYNC_ONLY: usize = 24;
+    /// Eager sync first: tag, ep, msg id, total, sreq.
+    pub const EAGER_SYNC_FIRST: usize = 40;
+    /// Rndv RTS before the key: tag, ep, sreq, size, address, flags (u8), key length (u16).
+    pub const RTS: usize = 43;
+    /// Rndv RTR before the key: ep, sreq, rreq, address, length, key length (u16).
+    pub const RTR: usize = 42;
+    /// Rndv data: rreq, offset.
+    pub const RNDV_DATA: usize = 16;
+}
+
+/// RTS flag: the sender's buffer is contiguous (it can be the source of a put).
+pub const RTS_FLAG_CONTIG: u8 = 1;
+
+/// Wireup message types.
+pub mod wireup {
+    /// A connection request carrying the sender's full worker address.
+    pub const REQUEST: u8 = 1;
+    /// The reply carrying the replier's endpoint id.
+    pub const REPLY: u8 = 2;
+}
+
+/// A parsed wireup message.
+#[derive(Debug)]
+pub struct WireupMsg<'a> {
+    /// `wireup::REQUEST` or `wireup::REPLY`.
+    pub kind: u8,
+    /// Connection sequence number, matching endpoints created towards each other.
+    pub conn_sn: u32,
+    /// Sender worker's uuid.
+    pub src_uuid: u64,
+    /// Sender's endpoint id.
+    pub src_ep: u64,
+    /// Receiver's endpoint id (reply only).
+    pub dst_ep: u64,
+    /// Sender's packed worker address (request only).
+    pub address: &'a [u8],
+}
+
+impl<'a> WireupMsg<'a> {
+    /// Fixed part: kind (padded to 4), conn_sn, uuid, src ep, dst ep.
+    pub const FIXED: usize = 4 + 4 + 8 + 8 + 8;
+
+    /// Parses; `None` when malformed.
+    pub fn parse(data: &'a [u8]) -> Option<Self> {
+        let mut r = Reader::new(data);
+        let kind = r.u32()? as u8;
+        let conn_sn = r.u32()?;
+        let src_uuid = r.u64()?;
+        let src_ep = r.u64()?;
+        let dst_ep = r.u64()?;
+        let address = r.rest();
+        if kind != wireup::REQUEST && kind != wireup::REPLY {
+            return None;
+        }
+        Some(WireupMsg { kind, conn_sn, src_uuid, src_ep, dst_ep, address })
+    }
+
+    /// Packs into `buf`; returns the length or `None` if it does not fit.
+    pub fn pack(&self, buf: &mut [u8]) -> Option<usize> {
+        let mut w = Writer::new(buf);
+        let ok = w.put(&(self.kind as u32).to_le_bytes())
+            && w.put(&self.conn_sn.to_le_bytes())
+            && w.u64(self.src_uuid)
+            && w.u64(self.src_ep)
+            && w.u64(self.dst_ep)
+            && w.put(self.address);
+        ok.then(|| w.written())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wireup_round_trip_and_garbage() {
+        let m = WireupMsg { kind: wireup::REQUEST, conn_sn: 7, src_uuid: 1, src_ep: 2, dst_ep: 3, address: b"abc" };
+        let mut buf = [0u8; 64];
+        let n = m.pack(&mut buf).unwrap();
+        let p = WireupMsg::parse(&buf[..n]).unwrap();
+        assert_eq!((p.kind, p.conn_sn, p.src_uuid, p.src_ep, p.dst_ep, p.address), (1, 7, 1, 2, 3, &b"abc"[..]));
+        assert!(WireupMsg::parse(&buf[..WireupMsg::FIXED - 1]).is_none());
+        buf[0] = 9;
+        assert!(WireupMsg::parse(&buf[..n]).is_none());
+        assert!(m.pack(&mut [0u8; 10]).is_none());
+    }
+
+    #[test]
+    fn reader_stops_at_the_end() {
+        let mut r = Reader::new(&[1, 0, 0, 0, 0, 0, 0, 0, 5]);
+        assert_eq!(r.u64(), Some(1));
+        assert_eq!(r.u64(), None);
+        assert_eq!(r.u8(), Some(5));
+        assert_eq!(r.bytes(1), None);
+    }
+}
