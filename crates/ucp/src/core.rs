@@ -112,6 +112,8 @@ pub(crate) struct Core {
     /// Close requests being flushed.
     pub closing: RefCell<Vec<Id>>,
     pub next_msg_id: Cell<u64>,
+    /// How many messages each protocol carried (see [`crate::ProtoCounts`]).
+    pub counts: RefCell<crate::ProtoCounts>,
     pub mems: RefCell<IdTable<MemMap>>,
 }
 
@@ -218,6 +220,7 @@ impl Core {
                 pending_eps: RefCell::new(Vec::new()),
                 closing: RefCell::new(Vec::new()),
                 next_msg_id: Cell::new(address.uuid.rotate_left(17)),
+                counts: RefCell::new(crate::ProtoCounts::default()),
                 mems: RefCell::new(IdTable::new()),
                 address,
             }
@@ -250,6 +253,12 @@ impl Core {
             tracing::warn!("{what}: no endpoint with id {raw:#x}; message dropped");
         }
         ep
+    }
+
+    /// Counts a protocol use.
+    #[inline]
+    pub fn count(&self, f: impl FnOnce(&mut crate::ProtoCounts) -> &mut u64) {
+        *f(&mut self.counts.borrow_mut()) += 1;
     }
 
     /// A fresh message id for multi-fragment sends.

@@ -127,8 +127,8 @@ pub(crate) struct RndvLane {
 /// Protocol switch points of an endpoint, from its AM lane and the configuration.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EpConfig {
-    /// Largest payload sent with `am_short` (the tag is its header).
-    pub short_max: usize,
+    /// Payloads shorter than this go with `am_short` (the tag is its header).
+    pub short_lim: usize,
     /// Largest AM bcopy message, headers included.
     pub bcopy_max: usize,
     /// Messages of this size or more go rendezvous.
@@ -200,8 +200,8 @@ pub struct EpInfo {
     pub lanes: Vec<LaneInfo>,
     /// Messages of this size or more use rendezvous.
     pub rndv_thresh: usize,
-    /// Largest eager short payload.
-    pub short_max: usize,
+    /// Payloads shorter than this go eager short.
+    pub short_lim: usize,
 }
 
 /// Automatic rendezvous threshold: where `2 × len / am bandwidth` (copy in, copy out) exceeds
@@ -290,12 +290,12 @@ impl Core {
             }
         };
         let am_attr = &self.ifaces[am.local].attr;
-        let mut short_max = am_attr.am.max_short.saturating_sub(wire::len::EAGER_ONLY);
+        let mut short_lim = am_attr.am.max_short.saturating_add(1).saturating_sub(wire::len::EAGER_ONLY);
         if !am_attr.flags.contains(uct::IfaceFlags::AM_SHORT) {
-            short_max = 0;
+            short_lim = 0;
         }
         if let Thresh::Fixed(t) = cfg.bcopy_thresh {
-            short_max = short_max.min(t.saturating_sub(1));
+            short_lim = short_lim.min(t);
         }
         let bcopy_max = am_attr.am.max_bcopy;
         let rndv_thresh = match cfg.rndv_thresh {
@@ -315,7 +315,7 @@ impl Core {
             uct_eps,
             am_idx,
             rndv,
-            cfg: EpConfig { short_max, bcopy_max, rndv_thresh, scheme: cfg.rndv_scheme },
+            cfg: EpConfig { short_lim, bcopy_max, rndv_thresh, scheme: cfg.rndv_scheme },
             pending: RefCell::new(VecDeque::new()),
             user: Cell::new(false),
         });
@@ -355,7 +355,7 @@ impl Core {
                 lo = hi;
             }
         };
-        range(c.short_max.saturating_add(1), format!("eager short on {am}"));
+        range(c.short_lim, format!("eager short on {am}"));
         range(single.saturating_add(1), format!("eager bcopy on {am}"));
         range(usize::MAX, format!("eager bcopy, multi-fragment on {am}"));
         if rt != usize::MAX {
@@ -495,7 +495,7 @@ impl Core {
             connected: ep.status.get() == EpStatus::Connected,
             lanes,
             rndv_thresh: ep.cfg.rndv_thresh,
-            short_max: ep.cfg.short_max,
+            short_lim: ep.cfg.short_lim,
         })
     }
 

@@ -30,3 +30,25 @@ pub use worker::{
 };
 
 pub use ucs::Status;
+
+/// How many messages each tag protocol carried on a worker, counted on the side that chose
+/// the protocol (see [`Worker::proto_counts`]); for tests and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProtoCounts {
+    /// Eager short (sender).
+    pub eager_short: u64,
+    /// Eager bcopy in one fragment (sender).
+    pub eager_bcopy: u64,
+    /// Eager bcopy in several fragments (sender).
+    pub eager_multi: u64,
+    /// Synchronous eager (sender).
+    pub eager_sync: u64,
+    /// Rendezvous where the receiver got the data (receiver).
+    pub rndv_get: u64,
+    /// Rendezvous where the sender put the data (receiver).
+    pub rndv_put: u64,
+    /// Rendezvous with the data in active messages (receiver).
+    pub rndv_am: u64,
+    /// Messages that arrived before their receive was posted (receiver).
+    pub unexpected: u64,
+}

@@ -349,6 +349,11 @@ impl Worker {
         }
     }
 
+    /// How many messages each protocol carried so far.
+    pub fn proto_counts(&self) -> crate::ProtoCounts {
+        self.enter().map(|e| *e.core.counts.borrow()).unwrap_or_default()
+    }
+
     /// Names of the interfaces, in address order (`transport/device`).
     pub fn iface_names(&self) -> Vec<String> {
         self.shared.record.ifaces.iter().map(|r| format!("{}/{}", r.tl_name, r.dev_name)).collect()

@@ -2,7 +2,7 @@
 //! (get_zcopy, put_zcopy, or data in active messages), on both sides.
 //!
 //! Protocol choice for a message of `len` bytes on an endpoint (see `EpConfig`):
-//! `len <= short_max` and not sync: eager short; `len < rndv_thresh`: eager bcopy, one fragment
+//! `len < short_lim` and not sync: eager short; `len < rndv_thresh`: eager bcopy, one fragment
 //! when it fits, else first + middle fragments; otherwise rendezvous. Every message from one
 //! endpoint goes through its AM lane in order, and matching happens when the first piece (the
 //! only fragment, the first fragment or the RTS) arrives, so messages never overtake each
@@ -98,11 +98,15 @@ impl Core {
     #[inline]
     fn eager_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> UcsResult<Outcome<()>> {
         let len = buf.len();
-        if len <= ep.cfg.short_max {
+        if len < ep.cfg.short_lim {
             if let Some(seg) = buf.contig() {
                 // SAFETY: the caller of `tag_send` keeps the buffer valid.
                 let data = unsafe { bytes(seg.ptr, seg.len) };
-                return ep.am().am_short(wire::AM_EAGER_ONLY, tag, data);
+                let r = ep.am().am_short(wire::AM_EAGER_ONLY, tag, data);
+                if let Ok(Outcome::Done(())) = r {
+                    self.count(|c| &mut c.eager_short);
+                }
+                return r;
             }
         }
         if len + len::EAGER_ONLY <= ep.cfg.bcopy_max {
@@ -118,7 +122,10 @@ impl Core {
                 uct::SendFlags::empty(),
             )?;
             return Ok(match r {
-                Outcome::Done(_) => Outcome::Done(()),
+                Outcome::Done(_) => {
+                    self.count(|c| &mut c.eager_bcopy);
+                    Outcome::Done(())
+                }
                 Outcome::InProgress => Outcome::InProgress,
                 Outcome::NoResource => Outcome::NoResource,
             });
@@ -203,6 +210,9 @@ impl Core {
                             return false;
                         }
                         Ok(_) => {
+                            if sync {
+                                self.count(|c| &mut c.eager_sync);
+                            }
                             self.put_send(rid, buf, None);
                             self.sent_all(rid, sync);
                             return true;
@@ -214,6 +224,10 @@ impl Core {
                             return true;
                         }
                     }
+                }
+                self.count(|c| &mut c.eager_multi);
+                if sync {
+                    self.count(|c| &mut c.eager_sync);
                 }
                 (0, self.msg_id(), None)
             }
@@ -661,6 +675,7 @@ impl Core {
         match hit {
             Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_ONLY..], None),
             None => {
+                self.count(|c| &mut c.unexpected);
                 let desc = m.keep();
                 self.tm.borrow_mut().push_unexpected(tag, Unexp::Eager { desc, offset: len::EAGER_ONLY, sync: None });
             }
@@ -678,6 +693,7 @@ impl Core {
         match hit {
             Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_SYNC_ONLY..], Some((ep, sreq))),
             None => {
+                self.count(|c| &mut c.unexpected);
                 let desc = m.keep();
                 let u = Unexp::Eager { desc, offset: len::EAGER_SYNC_ONLY, sync: Some((ep, sreq)) };
                 self.tm.borrow_mut().push_unexpected(tag, u);
@@ -734,6 +750,7 @@ impl Core {
                 self.frags.borrow_mut().insert(key, FragTarget::Req(rid));
             }
             None => {
+                self.count(|c| &mut c.unexpected);
                 let u = Unexp::Frag { key, total, data: payload.to_vec(), sync };
                 let complete = payload.len() == total;
                 let h = self.tm.borrow_mut().push_unexpected(tag, u);
@@ -883,6 +900,7 @@ impl Core {
                 self.rndv_matched(rid, rts);
             }
             None => {
+                self.count(|c| &mut c.unexpected);
                 self.tm.borrow_mut().push_unexpected(tag, Unexp::Rts(rts));
             }
         }
@@ -920,6 +938,7 @@ impl Core {
             && matches!(scheme, RndvScheme::Auto | RndvScheme::PutZcopy);
         let (sreq, rep) = (rts.sreq, ep.remote_id.get());
         if get_ok {
+            self.count(|c| &mut c.rndv_get);
             if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
                 rr.rts = Some(rts);
             }
@@ -943,6 +962,11 @@ impl Core {
                     Err(e) => tracing::debug!("rndv: cannot register the receive buffer ({e}); data goes by AM"),
                 }
             }
+        }
+        if key.is_empty() {
+            self.count(|c| &mut c.rndv_am);
+        } else {
+            self.count(|c| &mut c.rndv_put);
         }
         let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
         self.send_ctrl(&ep, Ctrl::Rtr { ep: rep, sreq, rreq: rid.raw(), addr, len: rts.size as u64, rkey: key });

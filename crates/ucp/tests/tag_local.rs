@@ -1,0 +1,221 @@
+//! Tag send/receive in one process: an endpoint to the same worker (self) and between two
+//! workers (posix + cma), with thresholds forced so every protocol path runs.
+
+use ucp::{
+    block_on, CloseMode, Context, ContextParams, Endpoint, Features, RecvData, RecvResult, RequestParam, SendData,
+    Status, Worker, WorkerParams, FULL_MASK,
+};
+
+fn ctx(tls: &str, extra: &[(&str, &str)]) -> Context {
+    uct_shm::register();
+    let mut p = ContextParams::new(Features::TAG).with_config("TLS", tls);
+    for (k, v) in extra {
+        p = p.with_config(k, v);
+    }
+    Context::new(&p).unwrap()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Sends `data` with `tag` from `ep` and receives it on `rw`, progressing both workers.
+fn round_trip(ep: &Endpoint, sw: &Worker, rw: &Worker, data: &[u8], recv_len: usize, sync: bool) -> Result<Vec<u8>, Status> {
+    let mut buf = vec![0u8; recv_len];
+    let tag = 0x1234_5678_0000_0000 | data.len() as u64;
+    // SAFETY: both buffers outlive the requests (we wait for both below).
+    let rreq = unsafe { rw.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) }?;
+    let sreq = unsafe {
+        if sync {
+            ep.tag_send_sync_nbx(SendData::Contig(data), tag, RequestParam::new())
+        } else {
+            ep.tag_send_nbx(SendData::Contig(data), tag, RequestParam::new())
+        }
+    }?;
+    let mut rres: Option<Result<ucp::RecvInfo, Status>> = None;
+    let mut rreq = match rreq {
+        RecvResult::Done(i) => {
+            rres = Some(Ok(i));
+            None
+        }
+        RecvResult::Pending(r) => Some(r),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rres.is_none() || sreq.as_ref().is_some_and(|r| !r.is_completed()) {
+        sw.progress();
+        rw.progress();
+        if let Some(r) = &rreq {
+            if r.is_completed() {
+                rres = Some(match r.status() {
+                    Status::Ok => Ok(r.recv_info().unwrap()),
+                    e => Err(e),
+                });
+                rreq = None;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out ({} bytes)", data.len());
+    }
+    if let Some(s) = &sreq {
+        assert_eq!(s.status(), Status::Ok, "send status");
+    }
+    let info = rres.unwrap()?;
+    assert_eq!(info.length, data.len());
+    assert_eq!(info.sender_tag, tag);
+    buf.truncate(data.len());
+    Ok(buf)
+}
+
+const SIZES: &[usize] = &[0, 1, 7, 8, 100, 1000, 8000, 8192, 12000, 20000, 100_000, 1 << 20];
+
+fn all_sizes(ep: &Endpoint, sw: &Worker, rw: &Worker, what: &str) {
+    for &n in SIZES {
+        for sync in [false, true] {
+            let data = pattern(n, n as u8);
+            let got = round_trip(ep, sw, rw, &data, n + 3, sync).unwrap_or_else(|e| panic!("{what} {n} B: {e}"));
+            assert!(got == data, "{what}: {n} B (sync {sync}) arrived corrupted");
+        }
+    }
+}
+
+#[test]
+fn self_endpoint_every_protocol() {
+    for (name, extra) in [
+        ("default", vec![]),
+        ("rndv at 0 (AM scheme)", vec![("RNDV_THRESH", "0")]),
+        ("rndv at 1000", vec![("RNDV_THRESH", "1000")]),
+        ("no short", vec![("BCOPY_THRESH", "0")]),
+    ] {
+        let c = ctx("self", &extra);
+        let w = Worker::new(&c, &WorkerParams::new("self")).unwrap();
+        let ep = w.ep_create(w.address()).unwrap();
+        let q = ep.query().unwrap();
+        assert!(q.lanes.iter().any(|l| l.usage == "am" && l.transport == "self"), "{q:?}");
+        all_sizes(&ep, &w, &w, name);
+        let c = w.proto_counts();
+        eprintln!("{name}: {c:?}");
+        match name {
+            "default" => assert!(c.eager_short > 0 && c.eager_multi > 0 && c.rndv_am == 0, "{c:?}"),
+            "no short" => assert!(c.eager_short == 0 && c.eager_bcopy > 0, "{c:?}"),
+            _ => assert!(c.rndv_am > 0, "{c:?}"),
+        }
+        ep.close(CloseMode::Flush).unwrap();
+        assert_eq!(w.stats().1, 0, "{name}: requests left behind");
+    }
+}
+
+#[test]
+fn two_workers_every_protocol() {
+    for (name, extra) in [
+        ("default", vec![]),
+        ("get_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "get_zcopy")]),
+        ("put_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "put_zcopy")]),
+        ("am", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "am")]),
+        ("all rndv", vec![("RNDV_THRESH", "0")]),
+    ] {
+        let c = ctx("posix,cma", &extra);
+        let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
+        let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
+        let ep = a.ep_create(b.address()).unwrap();
+        let q = ep.query().unwrap();
+        assert!(q.lanes.iter().any(|l| l.usage == "am" && l.transport == "posix"), "{q:?}");
+        assert!(q.lanes.iter().any(|l| l.usage == "rndv" && l.transport == "cma"), "{q:?}");
+        all_sizes(&ep, &a, &b, name);
+        // And back, over the endpoint the peer made for us.
+        let back = b.ep_create(a.address()).unwrap();
+        all_sizes(&back, &b, &a, name);
+        let (x, y) = (a.proto_counts(), b.proto_counts());
+        let sum = |f: fn(&ucp::ProtoCounts) -> u64| f(&x) + f(&y);
+        eprintln!("{name}: {x:?} {y:?}");
+        let rndv = match name {
+            "get_zcopy" | "default" => sum(|c| c.rndv_get),
+            "put_zcopy" => sum(|c| c.rndv_put),
+            "am" => sum(|c| c.rndv_am),
+            _ => sum(|c| c.rndv_get + c.rndv_put + c.rndv_am),
+        };
+        assert!(rndv > 0, "{name}: the rendezvous scheme asked for was not used: {x:?} {y:?}");
+        if name != "all rndv" {
+            assert!(sum(|c| c.eager_short) > 0 && sum(|c| c.eager_bcopy) > 0, "{name}: {x:?}");
+            assert!(sum(|c| c.eager_multi) > 0 && sum(|c| c.eager_sync) > 0, "{name}: {x:?}");
+        } else {
+            assert_eq!(sum(|c| c.eager_short + c.eager_bcopy + c.eager_multi), 0, "{name}: {x:?}");
+        }
+        ep.close(CloseMode::Flush).unwrap();
+        back.close(CloseMode::Flush).unwrap();
+    }
+}
+
+#[test]
+fn truncation_eager_and_rndv() {
+    let c = ctx("posix,cma", &[("RNDV_THRESH", "4096")]);
+    let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
+    let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
+    let ep = a.ep_create(b.address()).unwrap();
+    for n in [100usize, 3000, 10000, 100_000] {
+        let data = pattern(n, 1);
+        let mut small = vec![0xeeu8; n / 2 + 64];
+        let tag = 9;
+        // SAFETY: buffers outlive the requests (waited for below).
+        let r = unsafe { b.tag_recv_nbx(RecvData::Contig(&mut small[..n / 2]), tag, FULL_MASK, RequestParam::new()) }
+            .unwrap();
+        let s = unsafe { ep.tag_send_nbx(SendData::Contig(&data), tag, RequestParam::new()) }.unwrap();
+        let RecvResult::Pending(r) = r else { panic!("nothing sent yet") };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !r.is_completed() || s.as_ref().is_some_and(|s| !s.is_completed()) {
+            a.progress();
+            b.progress();
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert_eq!(r.status(), Status::MessageTruncated, "{n} B into {} B", n / 2);
+        if let Some(s) = s {
+            assert_eq!(s.status(), Status::Ok);
+        }
+        assert!(small[n / 2..].iter().all(|&x| x == 0xee), "{n} B: wrote past the buffer");
+    }
+}
+
+#[test]
+fn futures_and_drop_cancels() {
+    let c = ctx("self", &[]);
+    let w = Worker::new(&c, &WorkerParams::new("f")).unwrap();
+    let ep = w.ep_create(w.address()).unwrap();
+    // Dropping a pending receive cancels it: the message then goes to the next receive.
+    {
+        let f = w.tag_recv(vec![0u8; 16], 5, FULL_MASK);
+        drop(f);
+    }
+    let (buf, r) = block_on(async {
+        let (_, s) = ep.tag_send(b"hello".to_vec(), 5).await;
+        s.unwrap();
+        w.tag_recv(vec![0u8; 16], 5, FULL_MASK).await
+    });
+    let info = r.unwrap();
+    assert_eq!(&buf[..info.length], b"hello");
+    // A sync send stays pending until the receiver matched it.
+    for n in [1000usize, 100_000] {
+        let mut sf = std::pin::pin!(ep.tag_send_sync(vec![1u8; n], 6));
+        for _ in 0..100 {
+            assert!(poll_once(sf.as_mut()).is_none(), "sync send of {n} B completed before a receive was posted");
+        }
+        let (b, r) = block_on(w.tag_recv(vec![0u8; n], 6, FULL_MASK));
+        assert_eq!(r.unwrap().length, n);
+        assert!(b.iter().all(|&x| x == 1));
+        let (_, s) = block_on(sf);
+        s.unwrap();
+    }
+    assert_eq!(w.stats().3, 0, "the dropped receive left the expected queue");
+}
+
+fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    // SAFETY: the vtable ignores the data pointer.
+    let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
+    match f.poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
