@@ -361,10 +361,7 @@ impl Core {
         if rt != usize::MAX {
             lines.push(format!("[ucp]   {rt}..inf: {rndv}"));
         }
-        lines.push(format!(
-            "[ucp]   tag send sync: eager sync below {}, {rndv} above",
-            fmt(rt)
-        ));
+        lines.push(format!("[ucp]   tag send sync: eager sync below {}, {rndv} above", fmt(rt)));
         for l in lines {
             println!("{l}");
         }
@@ -556,9 +553,10 @@ impl Core {
                 continue;
             }
             let flushed = !busy
-                && ep.uct_eps.iter().all(|(_, e)| {
-                    matches!(e.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_))
-                });
+                && ep
+                    .uct_eps
+                    .iter()
+                    .all(|(_, e)| matches!(e.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_)));
             if flushed {
                 ep.status.set(EpStatus::Closed);
                 self.ep_destroy(&ep);

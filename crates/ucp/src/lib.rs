@@ -25,8 +25,8 @@ pub use mem::MemHandle;
 pub use request::{Callback, IoVec, RecvInfo, Request, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, CloseMode, Endpoint, Message, RecvData, RecvFuture, RecvResult, SendData, SendFuture, ThreadMode,
-    Worker, WorkerParams,
+    block_on, CloseMode, Endpoint, Message, RecvData, RecvFuture, RecvResult, SendData, SendFuture, ThreadMode, Worker,
+    WorkerParams,
 };
 
 pub use ucs::Status;

@@ -31,9 +31,10 @@ impl Core {
         }
         let mut regs = Vec::with_capacity(self.ifaces.len());
         for wi in &self.ifaces {
-            let zcopy = wi.attr.flags.intersects(
-                uct::IfaceFlags::GET_ZCOPY | uct::IfaceFlags::PUT_ZCOPY | uct::IfaceFlags::AM_ZCOPY,
-            );
+            let zcopy = wi
+                .attr
+                .flags
+                .intersects(uct::IfaceFlags::GET_ZCOPY | uct::IfaceFlags::PUT_ZCOPY | uct::IfaceFlags::AM_ZCOPY);
             if !zcopy || !wi.md.attr().flags.contains(uct::MdFlags::REG) {
                 regs.push(None);
                 continue;
@@ -59,13 +60,7 @@ impl Core {
 
     /// A registration covering `[ptr, ptr + len)` on interface `iface`: from the hint when it
     /// covers the range, else a fresh one.
-    pub fn memh_for(
-        &self,
-        hint: Option<&MemHandle>,
-        iface: usize,
-        ptr: *mut u8,
-        len: usize,
-    ) -> UcsResult<uct::MemH> {
+    pub fn memh_for(&self, hint: Option<&MemHandle>, iface: usize, ptr: *mut u8, len: usize) -> UcsResult<uct::MemH> {
         if let Some(h) = hint {
             let mems = self.mems.borrow();
             if let Some(m) = mems.get(h.id) {

@@ -470,7 +470,12 @@ impl Endpoint {
     /// # Safety
     /// The send buffer (every iov entry) must stay valid and unmodified until the request
     /// completes.
-    pub unsafe fn tag_send_nbx(&self, data: SendData<'_>, tag: Tag, param: RequestParam) -> UcsResult<Option<Request<'_>>> {
+    pub unsafe fn tag_send_nbx(
+        &self,
+        data: SendData<'_>,
+        tag: Tag,
+        param: RequestParam,
+    ) -> UcsResult<Option<Request<'_>>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
         let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, false, param)? };
@@ -541,10 +546,7 @@ impl Endpoint {
     pub fn close_nbx(&self, mode: CloseMode) -> UcsResult<Request<'_>> {
         let e = self.worker.enter()?;
         let force = mode == CloseMode::Force;
-        let rid = e.core.req_new(
-            ReqKind::Close(crate::request::CloseReq { ep: self.id }),
-            None,
-        );
+        let rid = e.core.req_new(ReqKind::Close(crate::request::CloseReq { ep: self.id }), None);
         e.core.ep_close(self.id, force, rid);
         Ok(Request { worker: &self.worker, id: rid })
     }

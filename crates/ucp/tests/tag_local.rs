@@ -20,11 +20,19 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 /// Sends `data` with `tag` from `ep` and receives it on `rw`, progressing both workers.
-fn round_trip(ep: &Endpoint, sw: &Worker, rw: &Worker, data: &[u8], recv_len: usize, sync: bool) -> Result<Vec<u8>, Status> {
+fn round_trip(
+    ep: &Endpoint,
+    sw: &Worker,
+    rw: &Worker,
+    data: &[u8],
+    recv_len: usize,
+    sync: bool,
+) -> Result<Vec<u8>, Status> {
     let mut buf = vec![0u8; recv_len];
     let tag = 0x1234_5678_0000_0000 | data.len() as u64;
     // SAFETY: both buffers outlive the requests (we wait for both below).
     let rreq = unsafe { rw.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) }?;
+    // SAFETY: as above.
     let sreq = unsafe {
         if sync {
             ep.tag_send_sync_nbx(SendData::Contig(data), tag, RequestParam::new())
@@ -157,6 +165,7 @@ fn truncation_eager_and_rndv() {
         // SAFETY: buffers outlive the requests (waited for below).
         let r = unsafe { b.tag_recv_nbx(RecvData::Contig(&mut small[..n / 2]), tag, FULL_MASK, RequestParam::new()) }
             .unwrap();
+        // SAFETY: as above.
         let s = unsafe { ep.tag_send_nbx(SendData::Contig(&data), tag, RequestParam::new()) }.unwrap();
         let RecvResult::Pending(r) = r else { panic!("nothing sent yet") };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

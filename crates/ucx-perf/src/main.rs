@@ -14,6 +14,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use ucx_perf::meter::Measured;
+use ucx_perf::ucp_tests::{self, TagCmd, UcpTestSpec};
 use ucx_perf::uct_tests::{self, Cmd, Exchange, Layout, UctTestSpec};
 
 mod opts;
@@ -59,10 +60,39 @@ fn resource(p: &PerfParams) -> Result<String, String> {
     }
 }
 
-fn spec(p: &PerfParams, resource: String, index: u8) -> Result<UctTestSpec, String> {
-    if !p.test.is_uct() {
-        return Err(format!("test {} needs the UCP layer, which is not implemented yet", p.test.name()));
+fn ucp_spec(p: &PerfParams, index: u8) -> Result<UcpTestSpec, String> {
+    let cmd = match p.test.command() {
+        Command::Tag => TagCmd::Tag,
+        Command::TagSync => TagCmd::TagSync,
+        _ => return Err(format!("UCP test {} is not implemented yet (tag tests are)", p.test.name())),
+    };
+    if p.threads > 1 {
+        return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
     }
+    Ok(UcpTestSpec {
+        cmd,
+        pingpong: p.is_pingpong(),
+        msg_sizes: p.msg_sizes.clone(),
+        send_iov: p.ucp_send_datatype == opts::UcpDatatype::Iov,
+        recv_iov: p.ucp_recv_datatype == opts::UcpDatatype::Iov,
+        iters: if p.iters == 0 { u64::MAX } else { p.iters },
+        warmup: p.warmup,
+        percentile: p.percentile,
+        loopback: p.loopback,
+        index,
+        max_outstanding: p.max_outstanding.max(1),
+        wildcard: p.wildcard,
+        force_unexpected: p.force_unexpected,
+        thread_mode: match p.thread_mode {
+            opts::ThreadMode::Single => ucp::ThreadMode::Single,
+            opts::ThreadMode::Serialized => ucp::ThreadMode::Serialized,
+            opts::ThreadMode::Multi => ucp::ThreadMode::Multi,
+        },
+        prereg: p.prereg,
+    })
+}
+
+fn spec(p: &PerfParams, resource: String, index: u8) -> Result<UctTestSpec, String> {
     let cmd = match p.test.command() {
         Command::Am => Cmd::Am,
         Command::Put => Cmd::Put,
@@ -150,7 +180,10 @@ fn run(p: PerfParams) -> Result<(), String> {
     let index = rte.group_index() as u8;
     let tests = opts::expand_batch(&p)?;
     // Resolve every resource first: a bad -x/-d is one error line, before any output.
-    let resources = tests.iter().map(resource).collect::<Result<Vec<_>, _>>()?;
+    let resources = tests
+        .iter()
+        .map(|t| if t.test.is_uct() { resource(t) } else { ucp_spec(t, index).map(|_| String::new()) })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut out = std::io::stdout().lock();
     let mut reporter = Reporter::new(&p, rte.is_server());
     reporter.header(&mut out).map_err(|e| e.to_string())?;
@@ -159,11 +192,10 @@ fn run(p: PerfParams) -> Result<(), String> {
             rte.verify_params(t)?;
         }
         reporter.begin_test(&mut out, t).map_err(|e| e.to_string())?;
-        let s = spec(t, res, index)?;
         let msg = t.message_size();
         let prints = reporter.prints_results();
         let mut io_err = None;
-        uct_tests::run(&s, &mut Oob(&mut rte), &mut |m, fin| {
+        let mut rep = |m: &Measured, fin: bool| {
             if !prints {
                 return;
             }
@@ -172,7 +204,12 @@ fn run(p: PerfParams) -> Result<(), String> {
             if let Err(e) = w.and_then(|_| out.flush()) {
                 io_err.get_or_insert(e);
             }
-        })?;
+        };
+        if t.test.is_uct() {
+            uct_tests::run(&spec(t, res, index)?, &mut Oob(&mut rte), &mut rep)?;
+        } else {
+            ucp_tests::run(&ucp_spec(t, index)?, &mut Oob(&mut rte), &mut rep)?;
+        }
         if let Some(e) = io_err {
             return Err(format!("cannot write results: {e}"));
         }

@@ -110,18 +110,26 @@ struct Buffer {
 
 /// Zeroed heap memory starting on a page boundary (as ucx_perftest's mmap fallback gives):
 /// a kernel copy (cma) of a buffer that starts mid-page touches one more page per chunk.
-struct PageAligned {
+pub struct PageAligned {
     ptr: std::ptr::NonNull<u8>,
     layout: std::alloc::Layout,
 }
 
 impl PageAligned {
-    fn new(len: usize) -> Result<Self, String> {
+    /// `len` zeroed bytes (at least one) on a page boundary.
+    pub fn new(len: usize) -> Result<Self, String> {
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|e| e.to_string())?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(ptr).ok_or_else(|| format!("cannot allocate {len} bytes"))?;
         Ok(PageAligned { ptr, layout })
+    }
+}
+
+impl PageAligned {
+    /// The start.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 }
 

@@ -78,7 +78,8 @@ impl Core {
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
         }
-        let req = SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, memh: None, hint: param.memh, rkey: None };
+        let req =
+            SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, memh: None, hint: param.memh, rkey: None };
         let rid = self.req_new(ReqKind::Send(req), param.callback);
         if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
             r.info = RecvInfo { length: len, sender_tag: tag };
@@ -138,7 +139,10 @@ impl Core {
         let mut reqs = self.reqs.borrow_mut();
         match reqs.get_mut(rid) {
             Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) => {
-                let buf = std::mem::replace(&mut s.buf, Buf::Contig(crate::request::Seg { ptr: std::ptr::null_mut(), len: 0 }));
+                let buf = std::mem::replace(
+                    &mut s.buf,
+                    Buf::Contig(crate::request::Seg { ptr: std::ptr::null_mut(), len: 0 }),
+                );
                 let view = match s.phase {
                     SendPhase::Queued => SendPhaseView::Start,
                     SendPhase::Frags { offset, msg_id } => SendPhaseView::Frags { offset, msg_id },
@@ -187,20 +191,21 @@ impl Core {
                 if !sync || len + hdr <= cfg.bcopy_max {
                     let r = if sync {
                         let (rep, sreq) = (ep.remote_id.get(), rid.raw());
-                        ep.am().am_bcopy(
-                            wire::AM_EAGER_SYNC_ONLY,
-                            &mut |dst| {
-                                let mut w = Writer::new(dst);
-                                w.u64(tag);
-                                w.u64(rep);
-                                w.u64(sreq);
-                                // SAFETY: valid buffer (caller of tag_send); fits (checked).
-                                unsafe { buf.copy_out(0, &mut w.tail()[..len]) };
-                                hdr + len
-                            },
-                            uct::SendFlags::empty(),
-                        )
-                        .map(|o| o.status())
+                        ep.am()
+                            .am_bcopy(
+                                wire::AM_EAGER_SYNC_ONLY,
+                                &mut |dst| {
+                                    let mut w = Writer::new(dst);
+                                    w.u64(tag);
+                                    w.u64(rep);
+                                    w.u64(sreq);
+                                    // SAFETY: valid buffer (caller of tag_send); fits (checked).
+                                    unsafe { buf.copy_out(0, &mut w.tail()[..len]) };
+                                    hdr + len
+                                },
+                                uct::SendFlags::empty(),
+                            )
+                            .map(|o| o.status())
                     } else {
                         self.eager_now(ep, &buf, tag).map(|o| o.status())
                     };
@@ -561,7 +566,9 @@ impl Core {
         let info = RecvInfo { length: msg.length(), sender_tag: tag };
         match msg {
             Unexp::Eager { desc, offset, sync } => self.recv_whole_now(&buf, info, &desc[offset..], sync, param),
-            Unexp::Frag { data, total, sync, .. } if data.len() == total => self.recv_whole_now(&buf, info, &data, sync, param),
+            Unexp::Frag { data, total, sync, .. } if data.len() == total => {
+                self.recv_whole_now(&buf, info, &data, sync, param)
+            }
             Unexp::Frag { key, total, data, sync } => {
                 let mut r = recv_req(buf, None, param.memh);
                 r.total = total;
@@ -954,7 +961,8 @@ impl Core {
                     Ok(m) => {
                         if let Ok(k) = self.ifaces[l.iface].md.mkey_pack(&m) {
                             key = k;
-                            if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                            if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid)
+                            {
                                 rr.memh = Some(m);
                             }
                         }
@@ -976,10 +984,12 @@ impl Core {
     pub fn rndv_get_start(&self, ep: &Rc<Ep>, rid: Id) -> bool {
         let Some(lane) = ep.rndv else { return true };
         let (seg, addr, key, sreq, hint) = match self.reqs.borrow().get(rid) {
-            Some(ReqState { kind: ReqKind::Recv(rr), status: Status::InProgress, .. }) => match (&rr.rts, rr.buf.contig()) {
-                (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey.clone(), rts.sreq, rr.hint),
-                _ => return true,
-            },
+            Some(ReqState { kind: ReqKind::Recv(rr), status: Status::InProgress, .. }) => {
+                match (&rr.rts, rr.buf.contig()) {
+                    (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey.clone(), rts.sreq, rr.hint),
+                    _ => return true,
+                }
+            }
             _ => return true,
         };
         let size = seg.len.min(self.req_total(rid));
@@ -1054,7 +1064,11 @@ impl Core {
             let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = reqs.get_mut(rid) else { return };
             let offset = offset as usize;
             if offset.checked_add(payload.len()).is_none_or(|e| e > rr.total || e > rr.buf.len()) {
-                tracing::warn!("rndv data: {} bytes at {offset} outside the {}-byte message; dropped", payload.len(), rr.total);
+                tracing::warn!(
+                    "rndv data: {} bytes at {offset} outside the {}-byte message; dropped",
+                    payload.len(),
+                    rr.total
+                );
                 return;
             }
             // SAFETY: valid buffer (caller of tag_recv); in bounds (checked).

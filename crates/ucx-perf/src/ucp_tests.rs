@@ -1,0 +1,368 @@
+//! The UCP tag tests (`tag_lat`, `tag_bw`, `tag_sync_lat`, `tag_sync_bw`) with the algorithms
+//! of `ucx_perftest`:
+//!
+//! * ping-pong: side 0 sends then receives, side 1 receives then sends, one message each way
+//!   per iteration; latency is half the round trip.
+//! * unidirectional stream: side 1 sends, side 0 receives; at most `-O` (default 32) sends and
+//!   receives outstanding on each side.
+//! * `-C` receives with a zero mask (wildcard); `-U` probes until the message is there before
+//!   posting the receive (the unexpected path); `-D contig|iov` (the `-s` list gives the iov
+//!   entries); `-M` the worker's thread mode; `-z` passes registered memory handles.
+//!
+//! Loopback (`-l`): one worker with an endpoint to itself.
+
+use std::collections::VecDeque;
+
+use ucp::{
+    Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RecvResult, Request, RequestParam,
+    SendData, Status, ThreadMode, Worker, WorkerParams, FULL_MASK,
+};
+
+use crate::meter::{Measured, Meter};
+use crate::uct_tests::{Exchange, PageAligned};
+
+/// Tag send or synchronous tag send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagCmd {
+    /// `ucp_tag_send_nbx`.
+    Tag,
+    /// `ucp_tag_send_sync_nbx`.
+    TagSync,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct UcpTestSpec {
+    /// Operation.
+    pub cmd: TagCmd,
+    /// Ping-pong or unidirectional stream.
+    pub pingpong: bool,
+    /// `-s`: the message is their sum; with iov datatypes, one entry each.
+    pub msg_sizes: Vec<usize>,
+    /// Send datatype is iov.
+    pub send_iov: bool,
+    /// Receive datatype is iov.
+    pub recv_iov: bool,
+    /// Measured iterations.
+    pub iters: u64,
+    /// Warm-up iterations.
+    pub warmup: u64,
+    /// Percentile rank.
+    pub percentile: f64,
+    /// One process.
+    pub loopback: bool,
+    /// Side: 0 (server) or 1 (client).
+    pub index: u8,
+    /// `-O`: outstanding operations per side.
+    pub max_outstanding: u32,
+    /// `-C`.
+    pub wildcard: bool,
+    /// `-U`.
+    pub force_unexpected: bool,
+    /// `-M`.
+    pub thread_mode: ThreadMode,
+    /// `-z`.
+    pub prereg: bool,
+}
+
+const TAG: u64 = 0x1337_a880_0000_0000;
+/// Warm-up ends early once both sides have spent this long in it.
+const WARMUP_TIME: std::time::Duration = std::time::Duration::from_millis(100);
+
+struct Setup {
+    worker: Worker,
+    ep: Endpoint,
+    send: PageAligned,
+    recv: PageAligned,
+    len: usize,
+    send_iov: Vec<IoVec>,
+    recv_iov: Vec<IoVec>,
+    send_memh: Option<MemHandle>,
+    recv_memh: Option<MemHandle>,
+}
+
+impl Setup {
+    fn new(spec: &UcpTestSpec, oob: &mut dyn Exchange) -> Result<Setup, String> {
+        let ctx = Context::new(&ContextParams::new(Features::TAG))
+            .map_err(|e| format!("cannot create a UCP context: {e}"))?;
+        let worker = Worker::new(&ctx, &WorkerParams::new("ucx-perf").thread_mode(spec.thread_mode))
+            .map_err(|e| format!("cannot create a UCP worker: {e}"))?;
+        let peer = if spec.loopback { worker.address().to_vec() } else { oob.exchange(worker.address())? };
+        let ep = worker.ep_create(&peer).map_err(|e| format!("cannot connect to the peer: {e}"))?;
+        let len: usize = spec.msg_sizes.iter().sum();
+        let send = PageAligned::new(len.max(64))?;
+        let recv = PageAligned::new(len.max(64))?;
+        let iov = |base: *mut u8| {
+            let mut off = 0;
+            spec.msg_sizes
+                .iter()
+                .map(|&n| {
+                    // SAFETY: offsets stay within the `len`-byte buffer.
+                    let v = IoVec { buffer: unsafe { base.add(off) }, length: n };
+                    off += n;
+                    v
+                })
+                .collect::<Vec<_>>()
+        };
+        let (send_iov, recv_iov) = (iov(send.as_ptr()), iov(recv.as_ptr()));
+        let (send_memh, recv_memh) = if spec.prereg {
+            // SAFETY: both buffers live in `Setup` and are unmapped in its Drop before they go.
+            unsafe {
+                (
+                    Some(worker.mem_map(send.as_ptr(), len.max(64)).map_err(|e| format!("mem_map: {e}"))?),
+                    Some(worker.mem_map(recv.as_ptr(), len.max(64)).map_err(|e| format!("mem_map: {e}"))?),
+                )
+            }
+        } else {
+            (None, None)
+        };
+        Ok(Setup { worker, ep, send, recv, len, send_iov, recv_iov, send_memh, recv_memh })
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        for h in [self.send_memh.take(), self.recv_memh.take()].into_iter().flatten() {
+            let _ = self.worker.mem_unmap(h);
+        }
+    }
+}
+
+/// One side's engine: outstanding sends and receives, in posting order.
+struct Engine<'a> {
+    s: &'a Setup,
+    spec: &'a UcpTestSpec,
+    sends: VecDeque<Request<'a>>,
+    recvs: VecDeque<Request<'a>>,
+    mask: u64,
+}
+
+impl<'a> Engine<'a> {
+    fn param(&self, memh: Option<MemHandle>) -> RequestParam {
+        let p = RequestParam::new();
+        match memh {
+            Some(m) => p.memh(m),
+            None => p,
+        }
+    }
+
+    /// Drops completed requests from the front of both queues; errors end the test.
+    #[inline]
+    fn reap(&mut self) -> Result<(), String> {
+        while let Some(r) = self.sends.front() {
+            match r.status() {
+                Status::InProgress => break,
+                Status::Ok => {
+                    self.sends.pop_front();
+                }
+                e => return Err(format!("send failed: {e}")),
+            }
+        }
+        while let Some(r) = self.recvs.front() {
+            match r.status() {
+                Status::InProgress => break,
+                Status::Ok => {
+                    self.recvs.pop_front();
+                }
+                e => return Err(format!("receive failed: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn progress(&mut self) -> Result<(), String> {
+        self.s.worker.progress();
+        self.reap()
+    }
+
+    /// Waits until fewer than `limit` sends are outstanding.
+    #[inline]
+    fn wait_sends(&mut self, limit: usize) -> Result<(), String> {
+        self.reap()?;
+        while self.sends.len() >= limit {
+            self.progress()?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn wait_recvs(&mut self, limit: usize) -> Result<(), String> {
+        self.reap()?;
+        while self.recvs.len() >= limit {
+            self.progress()?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn send(&mut self) -> Result<(), String> {
+        let max = self.spec.max_outstanding as usize;
+        self.wait_sends(max)?;
+        let data = if self.spec.send_iov {
+            SendData::Iov(&self.s.send_iov)
+        } else {
+            // SAFETY: the buffer is `len` bytes and lives in `Setup`.
+            SendData::Contig(unsafe { std::slice::from_raw_parts(self.s.send.as_ptr(), self.s.len) })
+        };
+        let param = self.param(self.s.send_memh);
+        // SAFETY: the send buffer lives in `Setup`, beyond every request (all are waited for
+        // before `Setup` goes).
+        let r = unsafe {
+            match self.spec.cmd {
+                TagCmd::Tag => self.s.ep.tag_send_nbx(data, TAG, param),
+                TagCmd::TagSync => self.s.ep.tag_send_sync_nbx(data, TAG, param),
+            }
+        }
+        .map_err(|e| format!("send failed: {e}"))?;
+        if let Some(r) = r {
+            self.sends.push_back(r);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn recv(&mut self) -> Result<(), String> {
+        let max = self.spec.max_outstanding as usize;
+        self.wait_recvs(max)?;
+        if self.spec.force_unexpected {
+            while self.s.worker.tag_probe(TAG, self.mask, false).is_none() {
+                self.progress()?;
+            }
+        }
+        let data = if self.spec.recv_iov {
+            RecvData::Iov(&self.s.recv_iov)
+        } else {
+            // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
+            // it while receives are outstanding.
+            RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(self.s.recv.as_ptr(), self.s.len) })
+        };
+        let param = self.param(self.s.recv_memh);
+        // SAFETY: as above; every receive is waited for before `Setup` goes.
+        let r = unsafe { self.s.worker.tag_recv_nbx(data, TAG, self.mask, param) }
+            .map_err(|e| format!("receive failed: {e}"))?;
+        if let RecvResult::Pending(r) = r {
+            self.recvs.push_back(r);
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<(), String> {
+        self.wait_sends(1)?;
+        self.wait_recvs(1)
+    }
+
+    fn pingpong(&mut self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured)) -> Result<(), String> {
+        let len = self.s.len as u64;
+        if self.spec.loopback || self.spec.index == 0 {
+            while !meter.done() {
+                self.send()?;
+                self.recv()?;
+                self.wait_recvs(1)?;
+                if meter.update(1, len) {
+                    rep(&meter.measure(true));
+                }
+            }
+        } else {
+            while !meter.done() {
+                self.recv()?;
+                self.wait_recvs(1)?;
+                self.send()?;
+                if meter.update(1, len) {
+                    rep(&meter.measure(true));
+                }
+            }
+        }
+        self.drain()
+    }
+
+    fn stream(&mut self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured)) -> Result<(), String> {
+        let len = self.s.len as u64;
+        if self.spec.loopback {
+            while !meter.done() {
+                self.send()?;
+                self.recv()?;
+                if meter.update(1, len) {
+                    rep(&meter.measure(true));
+                }
+            }
+        } else if self.spec.index == 0 {
+            while !meter.done() {
+                self.recv()?;
+                if meter.update(1, len) {
+                    rep(&meter.measure(true));
+                }
+            }
+        } else {
+            while !meter.done() {
+                self.send()?;
+                if meter.update(1, len) {
+                    rep(&meter.measure(true));
+                }
+            }
+        }
+        self.drain()
+    }
+}
+
+/// Runs a test: warm-up, then the measured run; `report(m, final)` gets progress rows and the
+/// final figures.
+pub fn run(spec: &UcpTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&Measured, bool)) -> Result<(), String> {
+    let s = Setup::new(spec, oob)?;
+    let sync = |oob: &mut dyn Exchange, s: &Setup| {
+        oob.barrier(&mut || {
+            s.worker.progress();
+        })
+    };
+    let mut runs: Vec<(u64, bool)> = Vec::new();
+    let mut planned = 0u64;
+    let mut round = 1u64;
+    while planned < spec.warmup {
+        let n = round.min(spec.warmup - planned);
+        runs.push((n, false));
+        planned += n;
+        round = round.saturating_mul(2);
+    }
+    runs.push((spec.iters, true));
+    let warm_start = std::time::Instant::now();
+    let mask = if spec.wildcard { 0 } else { FULL_MASK };
+    for (iters, measured) in runs {
+        if iters == 0 {
+            continue;
+        }
+        if !measured && warm_start.elapsed() >= WARMUP_TIME {
+            let theirs = oob.exchange(&[1])?;
+            if theirs.first() == Some(&1) {
+                continue;
+            }
+        } else if !measured {
+            oob.exchange(&[0])?;
+        }
+        sync(oob, &s)?;
+        let cap = spec.max_outstanding as usize + 1;
+        let mut e =
+            Engine { s: &s, spec, sends: VecDeque::with_capacity(cap), recvs: VecDeque::with_capacity(cap), mask };
+        let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
+        meter.start();
+        let mut rep = |m: &Measured| {
+            if measured {
+                report(m, false)
+            }
+        };
+        if spec.pingpong {
+            e.pingpong(&mut meter, &mut rep)?;
+        } else {
+            e.stream(&mut meter, &mut rep)?;
+        }
+        meter.stop();
+        drop(e);
+        let m = meter.measure(true);
+        sync(oob, &s)?;
+        if measured {
+            report(&m, true);
+        }
+    }
+    // Let the peer finish its last sends before the endpoint goes.
+    sync(oob, &s)?;
+    Ok(())
+}
