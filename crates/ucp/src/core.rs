@@ -34,6 +34,9 @@ pub struct WorkerIface {
     pub attr: IfaceAttr,
 }
 
+/// Idle interfaces are polled once per this many progress calls.
+const IDLE_POLL_EVERY: u32 = 32;
+
 /// A rendezvous request to send, as received.
 #[derive(Debug)]
 pub(crate) struct Rts {
@@ -98,6 +101,10 @@ pub(crate) struct Core {
     pub ctx: Context,
     pub uct: uct::Worker,
     pub ifaces: Vec<WorkerIface>,
+    /// Interfaces progressed on every call: those an endpoint uses or a peer sent to.
+    /// The others are polled every `IDLE_POLL_EVERY` calls, so a first message still arrives.
+    pub active: Box<[Cell<bool>]>,
+    pub idle_polls: Cell<u32>,
     pub address: WorkerAddress,
     pub packed: Vec<u8>,
     pub weak: Weak<Core>,
@@ -169,13 +176,14 @@ impl Core {
                 });
                 match opened {
                     Ok((md, iface)) => {
-                        iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
                         let attr = iface.attr().clone();
+                        let index = ifaces.len();
                         if attr.flags.contains(uct::IfaceFlags::AM_BCOPY) {
                             for id in wire::ALL_AM_IDS {
                                 let w = weak.clone();
                                 let h: uct::AmHandler = Rc::new(move |m: AmRecv<'_>| {
                                     if let Some(core) = w.upgrade() {
+                                        core.activate(index);
                                         core.on_am(id, m);
                                     }
                                 });
@@ -208,6 +216,8 @@ impl Core {
             Core {
                 ctx: ctx.clone(),
                 uct,
+                active: ifaces.iter().map(|_| Cell::new(false)).collect(),
+                idle_polls: Cell::new(0),
                 ifaces,
                 packed,
                 weak: weak.clone(),
@@ -229,8 +239,14 @@ impl Core {
     }
 
     /// Progresses the interfaces, then retries queued operations and pending closes.
+    #[inline]
     pub fn progress(&self) -> usize {
         let mut n = self.uct.progress();
+        let k = self.idle_polls.get().wrapping_add(1);
+        self.idle_polls.set(k);
+        if k % IDLE_POLL_EVERY == 0 {
+            n += self.poll_idle();
+        }
         if !self.pending_eps.borrow().is_empty() {
             n += self.progress_pending();
         }
@@ -238,6 +254,29 @@ impl Core {
             n += self.progress_closing();
         }
         n
+    }
+
+    /// Progresses the interfaces not (yet) active.
+    #[cold]
+    fn poll_idle(&self) -> usize {
+        let mut n = 0;
+        for (i, wi) in self.ifaces.iter().enumerate() {
+            if !self.active[i].get() {
+                n += wi.iface.progress();
+            }
+        }
+        n
+    }
+
+    /// Makes interface `i` progress on every call.
+    #[inline]
+    pub fn activate(&self, i: usize) {
+        if let Some(a) = self.active.get(i) {
+            if !a.get() {
+                a.set(true);
+                self.ifaces[i].iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+            }
+        }
     }
 
     /// The endpoint `id`, if it exists.
@@ -285,12 +324,23 @@ impl Core {
                 return;
             }
             r.status = status;
-            let kind = std::mem::replace(&mut r.kind, ReqKind::Done);
-            let cb = r.callback.take();
-            let waker = r.waker.take();
+            // Protocol state (registrations, keys) has no side effects on the core: dropped
+            // here. A user's buffer may, so it goes after the borrow.
+            if !matches!(r.kind, ReqKind::Done) {
+                r.kind = ReqKind::Done;
+            }
             let info = r.info;
-            let dropped = if r.released { reqs.remove(id).and_then(|r| r.owned) } else { None };
-            (cb, waker, info, (kind, dropped))
+            let (cb, waker, dropped) = if r.released {
+                let (cb, waker, owned) = r.take_ext();
+                reqs.remove(id);
+                (cb, waker, owned)
+            } else {
+                match &mut r.ext {
+                    Some(e) => (e.callback.take(), e.waker.take(), None),
+                    None => (None, None, None),
+                }
+            };
+            (cb, waker, info, dropped)
         };
         drop(dropped);
         if let Some(cb) = cb {
@@ -302,6 +352,7 @@ impl Core {
     }
 
     /// Status and receive info of a request.
+    #[inline]
     pub fn req_status(&self, id: Id) -> (Status, RecvInfo) {
         match self.reqs.borrow().get(id) {
             Some(r) => (r.status, r.info),
@@ -314,10 +365,16 @@ impl Core {
         let dropped = {
             let mut reqs = self.reqs.borrow_mut();
             match reqs.get_mut(id) {
-                Some(r) if r.status != Status::InProgress => reqs.remove(id),
+                Some(r) if r.status != Status::InProgress => {
+                    let ext = r.ext.take();
+                    reqs.remove(id);
+                    ext
+                }
                 Some(r) => {
                     r.released = true;
-                    r.waker = None;
+                    if let Some(e) = &mut r.ext {
+                        e.waker = None;
+                    }
                     None
                 }
                 None => None,
@@ -381,24 +438,23 @@ impl Core {
 
     /// Retries queued operations in order, per endpoint, until one does not fit.
     fn progress_pending(&self) -> usize {
-        let list = std::mem::take(&mut *self.pending_eps.borrow_mut());
         let mut n = 0;
-        let mut again = Vec::new();
-        for id in list {
-            let Some(ep) = self.ep(id) else { continue };
-            if ep.status.get() == EpStatus::Connecting {
-                again.push(id);
-                continue;
-            }
-            n += self.replay(&ep);
-            if !ep.pending.borrow().is_empty() {
-                again.push(id);
-            }
-        }
-        let mut p = self.pending_eps.borrow_mut();
-        for id in again {
-            if !p.contains(&id) {
-                p.push(id);
+        let mut i = 0;
+        loop {
+            // Re-borrowed every step: replaying may queue on other endpoints.
+            let Some(id) = self.pending_eps.borrow().get(i).copied() else { break };
+            let keep = match self.ep(id) {
+                Some(ep) if ep.status.get() == EpStatus::Connecting => true,
+                Some(ep) => {
+                    n += self.replay(&ep);
+                    !ep.pending.borrow().is_empty()
+                }
+                None => false,
+            };
+            if keep {
+                i += 1;
+            } else {
+                self.pending_eps.borrow_mut().swap_remove(i);
             }
         }
         n

@@ -289,6 +289,9 @@ impl Core {
                 return Err(e);
             }
         };
+        for (i, _) in &uct_eps {
+            self.activate(*i);
+        }
         let am_attr = &self.ifaces[am.local].attr;
         let mut short_lim = am_attr.am.max_short.saturating_add(1).saturating_sub(wire::len::EAGER_ONLY);
         if !am_attr.flags.contains(uct::IfaceFlags::AM_SHORT) {

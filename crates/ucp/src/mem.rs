@@ -60,10 +60,10 @@ impl Core {
 
     /// A registration covering `[ptr, ptr + len)` on interface `iface`: from the hint when it
     /// covers the range, else a fresh one.
-    pub fn memh_for(&self, hint: Option<&MemHandle>, iface: usize, ptr: *mut u8, len: usize) -> UcsResult<uct::MemH> {
+    pub fn memh_for(&self, hint: Option<Id>, iface: usize, ptr: *mut u8, len: usize) -> UcsResult<uct::MemH> {
         if let Some(h) = hint {
             let mems = self.mems.borrow();
-            if let Some(m) = mems.get(h.id) {
+            if let Some(m) = mems.get(h) {
                 let (a, e) = (ptr as usize, (ptr as usize).saturating_add(len));
                 if a >= m.addr && e <= m.addr + m.len {
                     if let Some(Some(r)) = m.regs.get(iface) {

@@ -211,12 +211,26 @@ pub(crate) struct SendReq {
     pub buf: Buf,
     pub sync: bool,
     pub phase: SendPhase,
-    /// A registration of the buffer for zero-copy rendezvous (kept until ATS/ATP).
-    pub memh: Option<uct::MemH>,
+    /// Zero-copy state (boxed: most sends never need it).
+    pub zc: Option<Box<ZcState>>,
     /// The memory-handle hint of the operation.
-    pub hint: Option<crate::mem::MemHandle>,
-    /// The unpacked remote key of a put in flight.
+    pub hint: Option<Id>,
+}
+
+/// State of a zero-copy rendezvous: registration, remote key, the matched RTS.
+#[derive(Debug, Default)]
+pub(crate) struct ZcState {
+    /// Registration of the local buffer (kept until the operation completes).
+    pub memh: Option<uct::MemH>,
+    /// The unpacked remote key of an operation in flight.
     pub rkey: Option<uct::RemoteKey>,
+    /// The matched rendezvous request (receiver).
+    pub rts: Option<crate::core::Rts>,
+}
+
+/// The zero-copy state of a request, created on first use.
+pub(crate) fn zc_mut(zc: &mut Option<Box<ZcState>>) -> &mut ZcState {
+    zc.get_or_insert_with(Default::default)
 }
 
 /// A receive in flight.
@@ -229,20 +243,14 @@ pub(crate) struct RecvReq {
     pub received: usize,
     /// Length of the matched message.
     pub total: usize,
-    /// Registration of the buffer for zero-copy rendezvous.
-    pub memh: Option<uct::MemH>,
-    /// Multi-fragment key while fragments are still due.
-    pub frag_key: Option<(u64, u64)>,
+    /// Zero-copy rendezvous state.
+    pub zc: Option<Box<ZcState>>,
     /// The sender's sync request to acknowledge when complete.
     pub sync: Option<(u64, u64)>,
     /// Set when the message was longer than the buffer; the data is dropped.
     pub truncated: bool,
-    /// The matched rendezvous request, while the data is fetched.
-    pub rts: Option<crate::core::Rts>,
-    /// The unpacked remote key of a zero-copy operation in flight.
-    pub rkey: Option<uct::RemoteKey>,
     /// The memory-handle hint of the operation.
-    pub hint: Option<crate::mem::MemHandle>,
+    pub hint: Option<Id>,
 }
 
 /// Flushing and closing an endpoint.
@@ -266,10 +274,17 @@ pub(crate) struct ReqState {
     /// `InProgress` until done.
     pub status: Status,
     pub info: RecvInfo,
-    pub callback: Option<Callback>,
-    pub waker: Option<Waker>,
     /// The user no longer holds a handle: free on completion.
     pub released: bool,
+    /// Callback, waker and owned buffer, for the requests that have them.
+    pub ext: Option<Box<ReqExt>>,
+}
+
+/// The less common parts of a request.
+#[derive(Default)]
+pub(crate) struct ReqExt {
+    pub callback: Option<Callback>,
+    pub waker: Option<Waker>,
     /// A buffer the worker holds for a future until the transport is done with it.
     pub owned: Option<Box<dyn Any + Send>>,
 }
@@ -280,10 +295,24 @@ impl ReqState {
             kind,
             status: Status::InProgress,
             info: RecvInfo::default(),
-            callback,
-            waker: None,
             released: false,
-            owned: None,
+            ext: callback.map(|cb| Box::new(ReqExt { callback: Some(cb), ..Default::default() })),
+        }
+    }
+
+    /// The extension, created on first use.
+    pub fn ext_mut(&mut self) -> &mut ReqExt {
+        self.ext.get_or_insert_with(Default::default)
+    }
+
+    /// Takes the callback, waker and owned buffer out.
+    pub fn take_ext(&mut self) -> (Option<Callback>, Option<Waker>, Option<Box<dyn Any + Send>>) {
+        match self.ext.take() {
+            Some(e) => {
+                let e = *e;
+                (e.callback, e.waker, e.owned)
+            }
+            None => (None, None, None),
         }
     }
 }
@@ -303,11 +332,13 @@ impl std::fmt::Debug for Request<'_> {
 
 impl<'w> Request<'w> {
     /// `InProgress` while running, then the final status (`ucp_request_check_status`).
+    #[inline]
     pub fn status(&self) -> Status {
         self.worker.request_status(self.id).0
     }
 
     /// True once completed.
+    #[inline]
     pub fn is_completed(&self) -> bool {
         self.status() != Status::InProgress
     }
@@ -347,5 +378,14 @@ impl<'w> Request<'w> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         self.worker.request_release(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_state_stays_small() {
+        let n = std::mem::size_of::<super::ReqState>();
+        eprintln!("ReqState: {n} bytes; RecvReq {} SendReq {}", std::mem::size_of::<super::RecvReq>(), std::mem::size_of::<super::SendReq>());
     }
 }

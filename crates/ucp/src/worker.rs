@@ -248,7 +248,7 @@ impl Worker {
     fn give<B: Send + 'static>(&self, id: Id, b: Box<B>) {
         if let Ok(e) = self.enter() {
             if let Some(r) = e.core.reqs.borrow_mut().get_mut(id) {
-                r.owned = Some(b);
+                r.ext_mut().owned = Some(b);
                 return;
             }
         }
@@ -261,7 +261,7 @@ impl Worker {
     fn take_back<B: 'static>(&self, id: Id) -> (Option<B>, Status, RecvInfo) {
         let Ok(e) = self.enter() else { return (None, Status::InvalidParam, RecvInfo::default()) };
         let (status, info) = e.core.req_status(id);
-        let owned = e.core.reqs.borrow_mut().get_mut(id).and_then(|r| r.owned.take());
+        let owned = e.core.reqs.borrow_mut().get_mut(id).and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
         e.core.req_release(id);
         let b = owned.and_then(|o| o.downcast::<B>().ok()).map(|b| *b);
         (b, status, info)
@@ -307,6 +307,7 @@ impl Worker {
         self.enter()?.core.mem_unmap(h)
     }
 
+    #[inline]
     pub(crate) fn request_status(&self, id: Id) -> (Status, RecvInfo) {
         match self.enter() {
             Ok(e) => e.core.req_status(id),
@@ -329,9 +330,10 @@ impl Worker {
     fn register_waker(&self, id: Id, w: &std::task::Waker) {
         if let Ok(e) = self.enter() {
             if let Some(r) = e.core.reqs.borrow_mut().get_mut(id) {
-                match &r.waker {
+                let x = r.ext_mut();
+                match &x.waker {
                     Some(old) if old.will_wake(w) => {}
-                    _ => r.waker = Some(w.clone()),
+                    _ => x.waker = Some(w.clone()),
                 }
             }
         }

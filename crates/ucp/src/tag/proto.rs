@@ -15,7 +15,9 @@ use ucs::{Outcome, Status, UcsResult};
 
 use crate::core::{Core, FragTarget, Rts, Unexp};
 use crate::ep::{Ctrl, Ep, Pending};
-use crate::request::{Buf, RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq};
+use crate::request::{
+    zc_mut, Buf, RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq,
+};
 use crate::tag::{Posted, Tag};
 use crate::wire::{self, len, Reader, Writer};
 use crate::RndvScheme;
@@ -79,7 +81,7 @@ impl Core {
             return Err(Status::NoResource);
         }
         let req =
-            SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, memh: None, hint: param.memh, rkey: None };
+            SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, zc: None, hint: param.memh.map(|m| m.id) };
         let rid = self.req_new(ReqKind::Send(req), param.callback);
         if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
             r.info = RecvInfo { length: len, sender_tag: tag };
@@ -343,7 +345,7 @@ impl Core {
             let reqs = self.reqs.borrow();
             match reqs.get(rid) {
                 Some(ReqState { kind: ReqKind::Send(s), .. }) => {
-                    (s.buf.contig(), s.tag, s.buf.len(), s.hint, s.memh.is_some())
+                    (s.buf.contig(), s.tag, s.buf.len(), s.hint, s.zc.as_ref().is_some_and(|z| z.memh.is_some()))
                 }
                 _ => return true,
             }
@@ -359,7 +361,7 @@ impl Core {
                     let memh = if has_memh {
                         None
                     } else {
-                        match self.memh_for(hint.as_ref(), lane.iface, seg.ptr, seg.len) {
+                        match self.memh_for(hint, lane.iface, seg.ptr, seg.len) {
                             Ok(m) => Some(m),
                             Err(e) => {
                                 tracing::debug!("rndv: cannot register the send buffer ({e}); data goes by AM");
@@ -370,10 +372,10 @@ impl Core {
                     let mut reqs = self.reqs.borrow_mut();
                     if let Some(ReqState { kind: ReqKind::Send(s), .. }) = reqs.get_mut(rid) {
                         if memh.is_some() {
-                            s.memh = memh;
+                            zc_mut(&mut s.zc).memh = memh;
                         }
                         if want_get {
-                            if let Some(m) = &s.memh {
+                            if let Some(m) = s.zc.as_ref().and_then(|z| z.memh.as_ref()) {
                                 match self.ifaces[lane.iface].md.mkey_pack(m) {
                                     Ok(k) => rkey = k,
                                     Err(e) => tracing::debug!("rndv: cannot pack a key ({e})"),
@@ -490,7 +492,7 @@ impl Core {
                     return;
                 }
             };
-            let memh = match self.memh_for(hint.as_ref(), lane.iface, seg.ptr, seg.len) {
+            let memh = match self.memh_for(hint, lane.iface, seg.ptr, seg.len) {
                 Ok(m) => m,
                 Err(e) => {
                     self.finish(rid, e);
@@ -511,8 +513,9 @@ impl Core {
             // the request until then.
             let res = unsafe { ep.uct_eps[lane.uct].1.put_zcopy(&iov, addr, &rkey, Some(&comp)) };
             if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-                s.memh = Some(memh);
-                s.rkey = Some(rkey);
+                let z = zc_mut(&mut s.zc);
+                z.memh = Some(memh);
+                z.rkey = Some(rkey);
             }
             match res {
                 Ok(Outcome::Done(())) => comp.complete(Status::Ok),
@@ -551,7 +554,7 @@ impl Core {
                     self.tm.borrow_mut().cancel(h);
                     return Err(Status::NoResource);
                 }
-                let rid = self.req_new(ReqKind::Recv(recv_req(buf, Some(h), param.memh)), param.callback);
+                let rid = self.req_new(ReqKind::Recv(recv_req(buf, Some(h), param.memh.map(|m| m.id))), param.callback);
                 if let Some(slot) = self.tm.borrow_mut().expected_mut(h) {
                     *slot = rid;
                 }
@@ -570,10 +573,9 @@ impl Core {
                 self.recv_whole_now(&buf, info, &data, sync, param)
             }
             Unexp::Frag { key, total, data, sync } => {
-                let mut r = recv_req(buf, None, param.memh);
+                let mut r = recv_req(buf, None, param.memh.map(|m| m.id));
                 r.total = total;
                 r.received = data.len();
-                r.frag_key = Some(key);
                 r.sync = sync;
                 if total > r.buf.len() {
                     r.truncated = true;
@@ -587,7 +589,7 @@ impl Core {
                 Ok(RecvOut::Req(rid))
             }
             Unexp::Rts(rts) => {
-                let rid = self.req_new(ReqKind::Recv(recv_req(buf, None, param.memh)), param.callback);
+                let rid = self.req_new(ReqKind::Recv(recv_req(buf, None, param.memh.map(|m| m.id))), param.callback);
                 self.set_info(rid, info);
                 self.rndv_matched(rid, rts);
                 Ok(RecvOut::Req(rid))
@@ -745,7 +747,6 @@ impl Core {
                     rr.posted = None;
                     rr.total = total;
                     rr.received = payload.len();
-                    rr.frag_key = Some(key);
                     rr.sync = sync;
                     if total > rr.buf.len() {
                         rr.truncated = true;
@@ -947,7 +948,7 @@ impl Core {
         if get_ok {
             self.count(|c| &mut c.rndv_get);
             if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-                rr.rts = Some(rts);
+                zc_mut(&mut rr.zc).rts = Some(rts);
             }
             if !(ep.ready() && self.rndv_get_start(&ep, rid)) {
                 self.queue(&ep, Pending::Get(rid));
@@ -957,13 +958,13 @@ impl Core {
         let mut key = Vec::new();
         if put_ok {
             if let (Some(l), Some(s)) = (lane, seg) {
-                match self.memh_for(hint.as_ref(), l.iface, s.ptr, s.len) {
+                match self.memh_for(hint, l.iface, s.ptr, s.len) {
                     Ok(m) => {
                         if let Ok(k) = self.ifaces[l.iface].md.mkey_pack(&m) {
                             key = k;
                             if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid)
                             {
-                                rr.memh = Some(m);
+                                zc_mut(&mut rr.zc).memh = Some(m);
                             }
                         }
                     }
@@ -985,7 +986,7 @@ impl Core {
         let Some(lane) = ep.rndv else { return true };
         let (seg, addr, key, sreq, hint) = match self.reqs.borrow().get(rid) {
             Some(ReqState { kind: ReqKind::Recv(rr), status: Status::InProgress, .. }) => {
-                match (&rr.rts, rr.buf.contig()) {
+                match (rr.zc.as_ref().and_then(|z| z.rts.as_ref()), rr.buf.contig()) {
                     (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey.clone(), rts.sreq, rr.hint),
                     _ => return true,
                 }
@@ -1006,7 +1007,7 @@ impl Core {
                 return fail(e);
             }
         };
-        let memh = match self.memh_for(hint.as_ref(), lane.iface, seg.ptr, size) {
+        let memh = match self.memh_for(hint, lane.iface, seg.ptr, size) {
             Ok(m) => m,
             Err(e) => return fail(e),
         };
@@ -1026,8 +1027,9 @@ impl Core {
             return false;
         }
         if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-            rr.memh = Some(memh);
-            rr.rkey = Some(rkey);
+            let z = zc_mut(&mut rr.zc);
+            z.memh = Some(memh);
+            z.rkey = Some(rkey);
         }
         match res {
             Ok(Outcome::Done(())) => comp.complete(Status::Ok),
@@ -1100,18 +1102,15 @@ enum SendPhaseView {
     Nothing,
 }
 
-fn recv_req(buf: Buf, posted: Option<crate::tag::RecvHandle>, hint: Option<crate::mem::MemHandle>) -> RecvReq {
+fn recv_req(buf: Buf, posted: Option<crate::tag::RecvHandle>, hint: Option<Id>) -> RecvReq {
     RecvReq {
         buf,
         posted,
         received: 0,
         total: 0,
-        memh: None,
-        frag_key: None,
+        zc: None,
         sync: None,
         truncated: false,
-        rts: None,
-        rkey: None,
         hint,
     }
 }
