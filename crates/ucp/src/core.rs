@@ -310,6 +310,7 @@ impl Core {
     // ---- requests ---------------------------------------------------------------------------
 
     /// Registers a request; returns its id.
+    #[inline]
     pub fn req_new(&self, kind: ReqKind, callback: Option<Callback>) -> Id {
         self.reqs.borrow_mut().insert(ReqState::new(kind, callback))
     }
@@ -332,7 +333,7 @@ impl Core {
             let info = r.info;
             let (cb, waker, dropped) = if r.released {
                 let (cb, waker, owned) = r.take_ext();
-                reqs.remove(id);
+                reqs.discard(id);
                 (cb, waker, owned)
             } else {
                 match &mut r.ext {
@@ -361,13 +362,14 @@ impl Core {
     }
 
     /// The user dropped the handle: free now if complete, else when it completes.
+    #[inline]
     pub fn req_release(&self, id: Id) {
         let dropped = {
             let mut reqs = self.reqs.borrow_mut();
             match reqs.get_mut(id) {
                 Some(r) if r.status != Status::InProgress => {
                     let ext = r.ext.take();
-                    reqs.remove(id);
+                    reqs.discard(id);
                     ext
                 }
                 Some(r) => {

@@ -386,6 +386,10 @@ mod tests {
     #[test]
     fn request_state_stays_small() {
         let n = std::mem::size_of::<super::ReqState>();
-        eprintln!("ReqState: {n} bytes; RecvReq {} SendReq {}", std::mem::size_of::<super::RecvReq>(), std::mem::size_of::<super::SendReq>());
+        eprintln!(
+            "ReqState: {n} bytes; RecvReq {} SendReq {}",
+            std::mem::size_of::<super::RecvReq>(),
+            std::mem::size_of::<super::SendReq>()
+        );
     }
 }

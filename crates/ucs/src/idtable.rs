@@ -93,6 +93,7 @@ impl<T> IdTable<T> {
     /// # Panics
     /// If the table already holds `u32::MAX` entries (index space exhausted; memory runs out
     /// long before that for any real payload).
+    #[inline]
     pub fn insert(&mut self, value: T) -> Id {
         match self.try_insert(value) {
             Ok(id) => id,
@@ -102,6 +103,7 @@ impl<T> IdTable<T> {
 
     /// Stores `value` and returns its id, or gives the value back when the index space (`u32`,
     /// minus one reserved value) is exhausted.
+    #[inline]
     pub fn try_insert(&mut self, value: T) -> Result<Id, T> {
         let index = self.free_head;
         if let Some(slot) = self.slots.get_mut(index as usize) {
@@ -154,8 +156,30 @@ impl<T> IdTable<T> {
         self.get(id).is_some()
     }
 
+    /// Removes the object `id` names and drops it in place (no move); false if there was none.
+    /// The slot's generation is bumped as by [`IdTable::remove`].
+    #[inline]
+    pub fn discard(&mut self, id: Id) -> bool {
+        let index = id.index();
+        let Some(slot) = self.slots.get_mut(index as usize).filter(|s| s.generation == id.generation()) else {
+            return false;
+        };
+        if matches!(slot.entry, Entry::Vacant(_)) {
+            return false;
+        }
+        slot.entry = Entry::Vacant(self.free_head);
+        slot.generation = match slot.generation.wrapping_add(1) {
+            0 => 1,
+            g => g,
+        };
+        self.free_head = index;
+        self.len -= 1;
+        true
+    }
+
     /// Removes and returns the object `id` names. The slot's generation is bumped, so `id` and
     /// every copy of it stop matching.
+    #[inline]
     pub fn remove(&mut self, id: Id) -> Option<T> {
         let index = id.index();
         let slot = self.slots.get_mut(index as usize).filter(|s| s.generation == id.generation())?;
@@ -245,6 +269,21 @@ mod tests {
         assert_eq!(t.get(b), None);
         assert_eq!(t.len(), 1);
         assert!(!t.is_empty());
+    }
+
+    #[test]
+    fn discard_drops_in_place_and_invalidates() {
+        let mut t = IdTable::new();
+        let rc = std::rc::Rc::new(());
+        let a = t.insert(rc.clone());
+        assert_eq!(std::rc::Rc::strong_count(&rc), 2);
+        assert!(t.discard(a));
+        assert_eq!(std::rc::Rc::strong_count(&rc), 1, "dropped");
+        assert!(!t.discard(a));
+        assert!(t.get(a).is_none());
+        let b = t.insert(rc.clone());
+        assert_ne!(a, b, "the slot is reused under a new generation");
+        assert_eq!(t.len(), 1);
     }
 
     #[test]

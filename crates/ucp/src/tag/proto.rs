@@ -1103,14 +1103,5 @@ enum SendPhaseView {
 }
 
 fn recv_req(buf: Buf, posted: Option<crate::tag::RecvHandle>, hint: Option<Id>) -> RecvReq {
-    RecvReq {
-        buf,
-        posted,
-        received: 0,
-        total: 0,
-        zc: None,
-        sync: None,
-        truncated: false,
-        hint,
-    }
+    RecvReq { buf, posted, received: 0, total: 0, zc: None, sync: None, truncated: false, hint }
 }

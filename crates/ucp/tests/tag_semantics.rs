@@ -1,0 +1,494 @@
+//! MPI tag-matching semantics end to end, in one process over `self` and across two (and
+//! more) processes over posix + cma, each under thresholds that force every protocol path:
+//! non-overtaking (rendezvous then eager), exact and wildcard receives filled in posting order,
+//! unexpected floods from several senders, probe for a message sent later, cancel, truncation,
+//! 1 byte into a large receive, sync sends completing only after the match, zero length.
+//!
+//! The remote senders are this test binary run again (`tag_peer`), driven over stdin/stdout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ucp::{
+    Context, ContextParams, Endpoint, Features, RecvData, RecvInfo, RecvResult, Request, RequestParam, SendData,
+    Status, Worker, WorkerParams, FULL_MASK,
+};
+
+/// Busy-polling tests of this file run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const PEER_ENV: &str = "UCP_TAG_PEER_ADDR";
+const TIMEOUT: Duration = Duration::from_secs(30);
+const BIG: usize = 200_000;
+
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    (0..n).map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed * 7 + 1) as u8).collect()
+}
+
+fn context(tls: &str, cfg: &[(&str, &str)]) -> Context {
+    uct_shm::register();
+    let mut p = ContextParams::new(Features::TAG).with_config("TLS", tls);
+    for (k, v) in cfg {
+        p = p.with_config(k, v);
+    }
+    Context::new(&p).unwrap()
+}
+
+/// Something that sends on request: the same worker (self), or a peer process.
+trait Sender {
+    /// Starts sending `pattern(len, seed)` with `tag`.
+    fn send(&mut self, w: &Worker, tag: u64, len: usize, seed: u64, sync: bool);
+    /// Sends not yet complete.
+    fn pending(&mut self, w: &Worker) -> usize;
+    /// Waits until every send completed (progressing `w`).
+    fn flush(&mut self, w: &Worker) {
+        let t = Instant::now();
+        while self.pending(w) > 0 {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "sends did not complete");
+        }
+    }
+}
+
+/// Sends over an endpoint of the receiving worker to itself.
+struct LocalSender {
+    ep: &'static Endpoint,
+    bufs: Vec<(Vec<u8>, Option<Request<'static>>)>,
+}
+
+impl LocalSender {
+    fn new(w: &Worker) -> Self {
+        // Leaked so requests can borrow it for the rest of the test process.
+        LocalSender { ep: Box::leak(Box::new(w.ep_create(w.address()).unwrap())), bufs: Vec::new() }
+    }
+}
+
+impl Sender for LocalSender {
+    fn send(&mut self, _w: &Worker, tag: u64, len: usize, seed: u64, sync: bool) {
+        let data = pattern(len, seed);
+        let ep = self.ep;
+        // SAFETY: the Vec's heap buffer does not move when the Vec moves into `bufs`; it is
+        // kept until the request completed.
+        let r = unsafe {
+            let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
+            if sync {
+                ep.tag_send_sync_nbx(d, tag, RequestParam::new())
+            } else {
+                ep.tag_send_nbx(d, tag, RequestParam::new())
+            }
+        }
+        .unwrap();
+        self.bufs.push((data, r));
+    }
+
+    fn pending(&mut self, _w: &Worker) -> usize {
+        self.bufs.retain(|(_, r)| r.as_ref().is_some_and(|r| !r.is_completed()));
+        self.bufs.len()
+    }
+}
+
+/// A sender process.
+struct RemoteSender {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl RemoteSender {
+    fn spawn(w: &Worker, cfg: &[(&str, &str)]) -> Self {
+        let hex: String = w.address().iter().map(|b| format!("{b:02x}")).collect();
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "tag_peer", "--nocapture", "--test-threads", "1"])
+            .env(PEER_ENV, hex)
+            .env("UCX_TLS", "posix,cma")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (k, v) in cfg {
+            cmd.env(format!("UCX_{k}"), v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                // libtest may print "test tag_peer ... " on the same line first.
+                if let Some(at) = l.find("PEER< ") {
+                    if tx.send(l[at + 6..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        RemoteSender { child, stdin, lines }
+    }
+
+    /// Sends a command; returns the answer, progressing `w` meanwhile.
+    fn ask(&mut self, w: &Worker, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let t = Instant::now();
+        loop {
+            w.progress();
+            if let Ok(l) = self.lines.try_recv() {
+                return l;
+            }
+            assert!(t.elapsed() < TIMEOUT, "peer did not answer '{line}'");
+        }
+    }
+}
+
+impl Sender for RemoteSender {
+    fn send(&mut self, w: &Worker, tag: u64, len: usize, seed: u64, sync: bool) {
+        let a = self.ask(w, &format!("send {tag} {len} {seed} {}", sync as u8));
+        assert_eq!(a, "started");
+    }
+
+    fn pending(&mut self, w: &Worker) -> usize {
+        self.ask(w, "pending").parse().unwrap()
+    }
+}
+
+impl Drop for RemoteSender {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The peer process: connects to the address in the environment, sends on command.
+#[test]
+fn tag_peer() {
+    let Ok(hex) = std::env::var(PEER_ENV) else { return };
+    let addr: Vec<u8> = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()).collect();
+    uct_shm::register();
+    let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
+    let w = Worker::new(&ctx, &WorkerParams::new("peer")).unwrap();
+    let ep = w.ep_create(&addr).unwrap();
+    let (tx, rx) = channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut sends: Vec<(Vec<u8>, Option<Request<'_>>)> = Vec::new();
+    let say = |s: &str| {
+        println!("PEER< {s}");
+        std::io::stdout().flush().unwrap();
+    };
+    loop {
+        w.progress();
+        let line = match rx.try_recv() {
+            Ok(l) => l,
+            Err(std::sync::mpsc::TryRecvError::Empty) => continue,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+        };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.first().copied() {
+            Some("send") => {
+                let (tag, len, seed, sync) =
+                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4] == "1");
+                let data = pattern(len, seed);
+                // SAFETY: the Vec's heap buffer stays in `sends` until the request completed.
+                let r = unsafe {
+                    let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
+                    if sync {
+                        ep.tag_send_sync_nbx(d, tag, RequestParam::new())
+                    } else {
+                        ep.tag_send_nbx(d, tag, RequestParam::new())
+                    }
+                }
+                .unwrap();
+                sends.push((data, r));
+                say("started");
+            }
+            Some("pending") => {
+                sends.retain(|(_, r)| {
+                    r.as_ref().is_some_and(|r| {
+                        let s = r.status();
+                        assert!(s == Status::InProgress || s == Status::Ok, "send failed: {s}");
+                        s == Status::InProgress
+                    })
+                });
+                say(&sends.len().to_string());
+            }
+            _ => {
+                let t = Instant::now();
+                while sends.iter().any(|(_, r)| r.as_ref().is_some_and(|r| !r.is_completed())) && t.elapsed() < TIMEOUT
+                {
+                    w.progress();
+                }
+                sends.clear();
+                return;
+            }
+        }
+    }
+}
+
+// ---- receive helpers ---------------------------------------------------------------------------
+
+struct Recv {
+    buf: Vec<u8>,
+    req: Option<Request<'static>>,
+    done: Option<Result<RecvInfo, Status>>,
+}
+
+/// Posts a receive into a `cap`-byte buffer (with 16 guard bytes after it).
+fn post(w: &'static Worker, tag: u64, mask: u64, cap: usize) -> Recv {
+    let mut buf = vec![0xa5u8; cap + 16];
+    // SAFETY: the Vec's heap buffer is kept in `Recv` until the request completed (`wait`).
+    let r = unsafe {
+        w.tag_recv_nbx(
+            RecvData::Contig(std::slice::from_raw_parts_mut(buf.as_mut_ptr(), cap)),
+            tag,
+            mask,
+            RequestParam::new(),
+        )
+    };
+    match r {
+        Ok(RecvResult::Done(i)) => Recv { buf, req: None, done: Some(Ok(i)) },
+        Ok(RecvResult::Pending(req)) => Recv { buf, req: Some(req), done: None },
+        Err(e) => Recv { buf, req: None, done: Some(Err(e)) },
+    }
+}
+
+impl Recv {
+    fn poll(&mut self) -> bool {
+        if self.done.is_none() {
+            if let Some(r) = &self.req {
+                if r.is_completed() {
+                    self.done = Some(match r.status() {
+                        Status::Ok => Ok(r.recv_info().unwrap()),
+                        e => Err(e),
+                    });
+                    self.req = None;
+                }
+            }
+        }
+        self.done.is_some()
+    }
+
+    fn wait(&mut self, w: &Worker) -> Result<RecvInfo, Status> {
+        let t = Instant::now();
+        while !self.poll() {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "receive did not complete");
+        }
+        let cap = self.buf.len() - 16;
+        assert!(self.buf[cap..].iter().all(|&b| b == 0xa5), "a receive wrote past its buffer");
+        self.done.unwrap()
+    }
+
+    fn check(&mut self, w: &Worker, len: usize, seed: u64, tag: u64) {
+        let info = self.wait(w).unwrap_or_else(|e| panic!("receive of {len} B (seed {seed}) failed: {e}"));
+        assert_eq!((info.length, info.sender_tag), (len, tag), "seed {seed}");
+        assert!(self.buf[..len] == pattern(len, seed)[..], "{len} B (seed {seed}): wrong data");
+    }
+}
+
+// ---- scenarios ---------------------------------------------------------------------------------
+
+fn non_overtaking(w: &'static Worker, s: &mut dyn Sender) {
+    // Unexpected: both arrive before the receives.
+    s.send(w, 1, BIG, 1, false);
+    s.send(w, 1, 100, 2, false);
+    let t = Instant::now();
+    while w.stats().2 < 2 {
+        w.progress();
+        assert!(t.elapsed() < TIMEOUT);
+    }
+    let mut a = post(w, 1, FULL_MASK, BIG);
+    let mut b = post(w, 1, FULL_MASK, BIG);
+    a.check(w, BIG, 1, 1);
+    b.check(w, 100, 2, 1);
+    // Expected: receives first.
+    let mut a = post(w, 1, FULL_MASK, BIG);
+    let mut b = post(w, 1, FULL_MASK, BIG);
+    s.send(w, 1, BIG, 3, false);
+    s.send(w, 1, 100, 4, false);
+    a.check(w, BIG, 3, 1);
+    b.check(w, 100, 4, 1);
+    s.flush(w);
+}
+
+fn posting_order(w: &'static Worker, s: &mut dyn Sender) {
+    let mut r1 = post(w, 5, FULL_MASK, BIG);
+    let mut r2 = post(w, 0, 0, BIG);
+    let mut r3 = post(w, 5, FULL_MASK, BIG);
+    let mut r4 = post(w, 0x700, 0xf00, BIG);
+    let mut r5 = post(w, 0, 0, BIG);
+    for (i, (tag, len)) in [(5u64, 10usize), (5, 20_000), (5, 30), (0x712, BIG), (9, 0)].into_iter().enumerate() {
+        s.send(w, tag, len, 10 + i as u64, false);
+    }
+    r1.check(w, 10, 10, 5);
+    r2.check(w, 20_000, 11, 5);
+    r3.check(w, 30, 12, 5);
+    r4.check(w, BIG, 13, 0x712);
+    r5.check(w, 0, 14, 9);
+    s.flush(w);
+}
+
+fn probe_cancel_truncate(w: &'static Worker, s: &mut dyn Sender) {
+    // Probe for a message sent later, eager and rendezvous.
+    for (len, seed) in [(100usize, 20u64), (BIG, 21)] {
+        assert!(w.tag_probe(30, FULL_MASK, false).is_none());
+        s.send(w, 30, len, seed, false);
+        let t = Instant::now();
+        let (info, msg) = loop {
+            if let Some(x) = w.tag_probe(30, FULL_MASK, true) {
+                break x;
+            }
+            assert!(t.elapsed() < TIMEOUT, "probe never saw the message");
+        };
+        assert_eq!(info.length, len);
+        let mut buf = vec![0u8; len];
+        // SAFETY: `buf` outlives the wait below.
+        let r = unsafe { w.tag_msg_recv_nbx(RecvData::Contig(&mut buf), msg.unwrap(), RequestParam::new()) }.unwrap();
+        assert_eq!(r.wait().unwrap().length, len);
+        assert!(buf == pattern(len, seed));
+    }
+    s.flush(w);
+    // Cancel exact and wildcard receives: the message goes to the receive posted after them.
+    let mut exact = post(w, 40, FULL_MASK, 64);
+    let mut wild = post(w, 0, 0, 64);
+    exact.req.as_ref().unwrap().cancel();
+    wild.req.as_ref().unwrap().cancel();
+    assert_eq!(exact.wait(w), Err(Status::Canceled));
+    assert_eq!(wild.wait(w), Err(Status::Canceled));
+    s.send(w, 40, 50, 22, false);
+    let mut r = post(w, 40, FULL_MASK, 64);
+    r.check(w, 50, 22, 40);
+    // Truncation, eager and rendezvous, expected and unexpected; then 1 B into a large buffer.
+    for len in [1000usize, BIG] {
+        let mut r = post(w, 41, FULL_MASK, 10);
+        s.send(w, 41, len, 23, false);
+        assert_eq!(r.wait(w), Err(Status::MessageTruncated));
+        s.send(w, 41, len, 24, false);
+        let t = Instant::now();
+        while w.stats().2 == 0 {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "the message never arrived");
+        }
+        let mut r = post(w, 41, FULL_MASK, 10);
+        assert_eq!(r.wait(w), Err(Status::MessageTruncated));
+    }
+    s.send(w, 42, 1, 25, false);
+    let mut r = post(w, 42, FULL_MASK, 1 << 20);
+    r.check(w, 1, 25, 42);
+    s.flush(w);
+}
+
+fn sync_and_zero(w: &'static Worker, s: &mut dyn Sender) {
+    for len in [0usize, 100, 20_000, BIG] {
+        s.send(w, 50, len, 30, true);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(30) {
+            w.progress();
+        }
+        assert_eq!(s.pending(w), 1, "sync send of {len} B completed before a receive matched it");
+        let mut r = post(w, 50, FULL_MASK, BIG);
+        r.check(w, len, 30, 50);
+        s.flush(w);
+    }
+    s.send(w, 51, 0, 31, false);
+    let mut r = post(w, 51, FULL_MASK, 0);
+    r.check(w, 0, 31, 51);
+    s.flush(w);
+}
+
+/// Many senders, many messages, nothing posted yet: everything arrives, in order per sender.
+fn flood(w: &'static Worker, senders: &mut [&mut dyn Sender], per: usize) {
+    let sizes = [0usize, 8, 300, 9000, 40_000];
+    for i in 0..per {
+        for (k, s) in senders.iter_mut().enumerate() {
+            let len = sizes[(i + k) % sizes.len()];
+            s.send(w, ((k as u64) << 32) | i as u64, len, (k * 100_000 + i) as u64, false);
+        }
+    }
+    let mut next = vec![0usize; senders.len()];
+    for _ in 0..per * senders.len() {
+        let mut r = post(w, 0, 0, 64 * 1024);
+        let info = r.wait(w).unwrap();
+        let (k, i) = ((info.sender_tag >> 32) as usize, (info.sender_tag & 0xffff_ffff) as usize);
+        assert_eq!(i, next[k], "sender {k}: message {i} overtook {}", next[k]);
+        next[k] += 1;
+        let len = sizes[(i + k) % sizes.len()];
+        r.check(w, len, (k * 100_000 + i) as u64, info.sender_tag);
+    }
+    for s in senders.iter_mut() {
+        s.flush(w);
+    }
+    assert_eq!(w.stats().2, 0, "unexpected messages left");
+}
+
+fn all_scenarios(w: &'static Worker, s: &mut dyn Sender, what: &str) {
+    eprintln!("{what}: non-overtaking");
+    non_overtaking(w, s);
+    eprintln!("{what}: posting order");
+    posting_order(w, s);
+    eprintln!("{what}: probe, cancel, truncation");
+    probe_cancel_truncate(w, s);
+    eprintln!("{what}: sync and zero length");
+    sync_and_zero(w, s);
+}
+
+const CONFIGS: &[(&str, &[(&str, &str)])] = &[
+    ("default", &[]),
+    ("rndv get_zcopy", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "get_zcopy")]),
+    ("rndv put_zcopy", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "put_zcopy")]),
+    ("rndv am", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "am")]),
+    ("no eager short", &[("BCOPY_THRESH", "0")]),
+];
+
+#[test]
+fn over_self_in_one_process() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, cfg) in CONFIGS {
+        let w: &'static Worker =
+            Box::leak(Box::new(Worker::new(&context("self", cfg), &WorkerParams::new("self")).unwrap()));
+        let mut s = LocalSender::new(w);
+        all_scenarios(w, &mut s, &format!("self, {name}"));
+        let mut s2 = LocalSender::new(w);
+        let mut s3 = LocalSender::new(w);
+        flood(w, &mut [&mut s, &mut s2, &mut s3], 300);
+        let c = w.proto_counts();
+        eprintln!("self, {name}: {c:?}");
+        assert!(c.unexpected > 0);
+    }
+}
+
+#[test]
+fn across_processes_over_posix_and_cma() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, cfg) in CONFIGS {
+        let w: &'static Worker =
+            Box::leak(Box::new(Worker::new(&context("posix,cma", cfg), &WorkerParams::new("receiver")).unwrap()));
+        let mut s = RemoteSender::spawn(w, cfg);
+        all_scenarios(w, &mut s, &format!("two processes, {name}"));
+        let mut s2 = RemoteSender::spawn(w, cfg);
+        let mut s3 = RemoteSender::spawn(w, cfg);
+        flood(w, &mut [&mut s, &mut s2, &mut s3], 200);
+        let c = w.proto_counts();
+        eprintln!("two processes, {name}: {c:?}");
+        match *name {
+            "rndv get_zcopy" => assert!(c.rndv_get > 0, "{c:?}"),
+            "rndv put_zcopy" => assert!(c.rndv_put > 0, "{c:?}"),
+            "rndv am" => assert!(c.rndv_am > 0, "{c:?}"),
+            _ => assert!(c.rndv_get > 0 || c.rndv_am > 0 || c.rndv_put > 0, "{c:?}"),
+        }
+    }
+}
