@@ -189,7 +189,7 @@ pub struct LaneInfo {
     pub device: String,
 }
 
-/// The result of [`Endpoint::query`].
+/// The result of [`crate::Endpoint::query`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpInfo {
     /// The remote worker's name.
