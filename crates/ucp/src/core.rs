@@ -120,7 +120,7 @@ pub(crate) struct Core {
     pub closing: RefCell<Vec<Id>>,
     pub next_msg_id: Cell<u64>,
     /// How many messages each protocol carried (see [`crate::ProtoCounts`]).
-    pub counts: RefCell<crate::ProtoCounts>,
+    pub counts: Cell<crate::ProtoCounts>,
     pub mems: RefCell<IdTable<MemMap>>,
 }
 
@@ -230,7 +230,7 @@ impl Core {
                 pending_eps: RefCell::new(Vec::new()),
                 closing: RefCell::new(Vec::new()),
                 next_msg_id: Cell::new(address.uuid.rotate_left(17)),
-                counts: RefCell::new(crate::ProtoCounts::default()),
+                counts: Cell::new(crate::ProtoCounts::default()),
                 mems: RefCell::new(IdTable::new()),
                 address,
             }
@@ -297,7 +297,9 @@ impl Core {
     /// Counts a protocol use.
     #[inline]
     pub fn count(&self, f: impl FnOnce(&mut crate::ProtoCounts) -> &mut u64) {
-        *f(&mut self.counts.borrow_mut()) += 1;
+        let mut c = self.counts.get();
+        *f(&mut c) += 1;
+        self.counts.set(c);
     }
 
     /// A fresh message id for multi-fragment sends.
@@ -312,13 +314,19 @@ impl Core {
     /// Registers a request; returns its id.
     #[inline]
     pub fn req_new(&self, kind: ReqKind, callback: Option<Callback>) -> Id {
-        self.reqs.borrow_mut().insert(ReqState::new(kind, callback))
+        self.reqs.borrow_mut().insert(ReqState::new(kind, callback, None))
+    }
+
+    /// Registers a request with both kinds of callback from `param`.
+    #[inline]
+    pub fn req_with(&self, kind: ReqKind, param: crate::RequestParam) -> Id {
+        self.reqs.borrow_mut().insert(ReqState::new(kind, param.callback, param.callback_fn))
     }
 
     /// Completes request `id` with `status` (once; later calls are ignored), runs its callback
     /// and wakes its future. Nothing is borrowed while they run.
     pub fn finish(&self, id: Id, status: Status) {
-        let (cb, waker, info, dropped) = {
+        let (cb, cb_fn, waker, info, dropped) = {
             let mut reqs = self.reqs.borrow_mut();
             let Some(r) = reqs.get_mut(id) else { return };
             if r.status != Status::InProgress {
@@ -331,6 +339,7 @@ impl Core {
                 r.kind = ReqKind::Done;
             }
             let info = r.info;
+            let cb_fn = r.cb_fn.take();
             let (cb, waker, dropped) = if r.released {
                 let (cb, waker, owned) = r.take_ext();
                 reqs.discard(id);
@@ -341,11 +350,14 @@ impl Core {
                     None => (None, None, None),
                 }
             };
-            (cb, waker, info, dropped)
+            (cb, cb_fn, waker, info, dropped)
         };
         drop(dropped);
         if let Some(cb) = cb {
             cb(status, info);
+        }
+        if let Some((f, data)) = cb_fn {
+            f(status, info, data);
         }
         if let Some(w) = waker {
             w.wake();

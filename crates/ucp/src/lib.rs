@@ -22,7 +22,7 @@ pub use config::{ContextConfig, RndvScheme, Thresh};
 pub use context::{Context, ContextParams, Features};
 pub use ep::{EpInfo, LaneInfo};
 pub use mem::MemHandle;
-pub use request::{Callback, IoVec, RecvInfo, Request, RequestFlags, RequestParam};
+pub use request::{Callback, CallbackFn, IoVec, RecvInfo, Request, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
     block_on, CloseMode, Endpoint, Message, RecvData, RecvFuture, RecvResult, SendData, SendFuture, ThreadMode, Worker,

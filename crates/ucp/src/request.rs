@@ -43,6 +43,10 @@ pub struct RecvInfo {
 /// length sent and the tag).
 pub type Callback = Box<dyn FnOnce(Status, RecvInfo) + Send>;
 
+/// A completion callback without allocation: a function and a user value (`cb` and
+/// `user_data` of `ucp_request_param_t`).
+pub type CallbackFn = fn(Status, RecvInfo, usize);
+
 /// One buffer of an iov datatype (`ucp_dt_iov_t`).
 #[derive(Clone, Copy, Debug)]
 pub struct IoVec {
@@ -59,6 +63,8 @@ pub struct RequestParam {
     pub flags: RequestFlags,
     /// Called once when the operation completes (not when it completed at once).
     pub callback: Option<Callback>,
+    /// The same as a plain function with a user value (no allocation); runs after `callback`.
+    pub callback_fn: Option<(CallbackFn, usize)>,
     /// A registration of the buffer (`ucp_mem_map`), used by zero-copy protocols instead of
     /// registering per message.
     pub memh: Option<crate::mem::MemHandle>,
@@ -69,6 +75,7 @@ impl std::fmt::Debug for RequestParam {
         f.debug_struct("RequestParam")
             .field("flags", &self.flags)
             .field("callback", &self.callback.is_some())
+            .field("callback_fn", &self.callback_fn.is_some())
             .field("memh", &self.memh.is_some())
             .finish()
     }
@@ -83,6 +90,12 @@ impl RequestParam {
     /// Sets a callback.
     pub fn callback(mut self, cb: impl FnOnce(Status, RecvInfo) + Send + 'static) -> Self {
         self.callback = Some(Box::new(cb));
+        self
+    }
+
+    /// Sets an allocation-free callback: `f(status, info, user_data)`.
+    pub fn callback_fn(mut self, f: CallbackFn, user_data: usize) -> Self {
+        self.callback_fn = Some((f, user_data));
         self
     }
 
@@ -276,6 +289,8 @@ pub(crate) struct ReqState {
     pub info: RecvInfo,
     /// The user no longer holds a handle: free on completion.
     pub released: bool,
+    /// The allocation-free callback.
+    pub cb_fn: Option<(CallbackFn, usize)>,
     /// Callback, waker and owned buffer, for the requests that have them.
     pub ext: Option<Box<ReqExt>>,
 }
@@ -290,12 +305,13 @@ pub(crate) struct ReqExt {
 }
 
 impl ReqState {
-    pub fn new(kind: ReqKind, callback: Option<Callback>) -> Self {
+    pub fn new(kind: ReqKind, callback: Option<Callback>, cb_fn: Option<(CallbackFn, usize)>) -> Self {
         ReqState {
             kind,
             status: Status::InProgress,
             info: RecvInfo::default(),
             released: false,
+            cb_fn,
             ext: callback.map(|cb| Box::new(ReqExt { callback: Some(cb), ..Default::default() })),
         }
     }

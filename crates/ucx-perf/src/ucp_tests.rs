@@ -11,7 +11,7 @@
 //!
 //! Loopback (`-l`): one worker with an endpoint to itself.
 
-use std::collections::VecDeque;
+use std::cell::Cell;
 
 use ucp::{
     Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RecvResult, Request, RequestParam,
@@ -128,71 +128,78 @@ impl Drop for Setup {
     }
 }
 
-/// One side's engine: outstanding sends and receives, in posting order.
+/// Outstanding operations of one kind, counted down by the completion callback (as the
+/// reference does), and the first error seen.
+#[derive(Default)]
+struct Outstanding {
+    count: Cell<usize>,
+    error: Cell<Option<Status>>,
+}
+
+/// The completion callback: `user_data` is the address of an [`Outstanding`].
+fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) {
+    // SAFETY: `user_data` is the address of an `Outstanding` inside the `Engine`, which
+    // outlives every request it posted (`drain` waits for all of them), and callbacks run on
+    // this (the only) thread from `progress`.
+    let o = unsafe { &*(user_data as *const Outstanding) };
+    o.count.set(o.count.get() - 1);
+    if status.is_err() && o.error.get().is_none() {
+        o.error.set(Some(status));
+    }
+}
+
+/// One side's engine.
 struct Engine<'a> {
     s: &'a Setup,
     spec: &'a UcpTestSpec,
-    sends: VecDeque<Request<'a>>,
-    recvs: VecDeque<Request<'a>>,
+    sends: Box<Outstanding>,
+    recvs: Box<Outstanding>,
     mask: u64,
 }
 
 impl<'a> Engine<'a> {
-    fn param(&self, memh: Option<MemHandle>) -> RequestParam {
-        let p = RequestParam::new();
+    fn param(&self, memh: Option<MemHandle>, o: &Outstanding) -> RequestParam {
+        let p = RequestParam::new().callback_fn(completed, o as *const Outstanding as usize);
         match memh {
             Some(m) => p.memh(m),
             None => p,
         }
     }
 
-    /// Drops completed requests from the front of both queues; errors end the test.
-    #[inline]
-    fn reap(&mut self) -> Result<(), String> {
-        while let Some(r) = self.sends.front() {
-            match r.status() {
-                Status::InProgress => break,
-                Status::Ok => {
-                    self.sends.pop_front();
-                }
-                e => return Err(format!("send failed: {e}")),
-            }
+    fn check(&self) -> Result<(), String> {
+        if let Some(e) = self.sends.error.get() {
+            return Err(format!("send failed: {e}"));
         }
-        while let Some(r) = self.recvs.front() {
-            match r.status() {
-                Status::InProgress => break,
-                Status::Ok => {
-                    self.recvs.pop_front();
-                }
-                e => return Err(format!("receive failed: {e}")),
-            }
+        if let Some(e) = self.recvs.error.get() {
+            return Err(format!("receive failed: {e}"));
         }
         Ok(())
-    }
-
-    #[inline]
-    fn progress(&mut self) -> Result<(), String> {
-        self.s.worker.progress();
-        self.reap()
     }
 
     /// Waits until fewer than `limit` sends are outstanding.
     #[inline]
     fn wait_sends(&mut self, limit: usize) -> Result<(), String> {
-        self.reap()?;
-        while self.sends.len() >= limit {
-            self.progress()?;
+        while self.sends.count.get() >= limit {
+            self.s.worker.progress();
         }
-        Ok(())
+        self.check()
     }
 
     #[inline]
     fn wait_recvs(&mut self, limit: usize) -> Result<(), String> {
-        self.reap()?;
-        while self.recvs.len() >= limit {
-            self.progress()?;
+        while self.recvs.count.get() >= limit {
+            self.s.worker.progress();
         }
-        Ok(())
+        self.check()
+    }
+
+    /// A request was returned: count it; dropping the handle lets the worker free it when done.
+    #[inline]
+    fn started(o: &Outstanding, r: Option<Request<'_>>) {
+        if let Some(r) = r {
+            o.count.set(o.count.get() + 1);
+            drop(r);
+        }
     }
 
     #[inline]
@@ -205,7 +212,7 @@ impl<'a> Engine<'a> {
             // SAFETY: the buffer is `len` bytes and lives in `Setup`.
             SendData::Contig(unsafe { std::slice::from_raw_parts(self.s.send.as_ptr(), self.s.len) })
         };
-        let param = self.param(self.s.send_memh);
+        let param = self.param(self.s.send_memh, &self.sends);
         // SAFETY: the send buffer lives in `Setup`, beyond every request (all are waited for
         // before `Setup` goes).
         let r = unsafe {
@@ -215,9 +222,7 @@ impl<'a> Engine<'a> {
             }
         }
         .map_err(|e| format!("send failed: {e}"))?;
-        if let Some(r) = r {
-            self.sends.push_back(r);
-        }
+        Self::started(&self.sends, r);
         Ok(())
     }
 
@@ -227,7 +232,7 @@ impl<'a> Engine<'a> {
         self.wait_recvs(max)?;
         if self.spec.force_unexpected {
             while self.s.worker.tag_probe(TAG, self.mask, false).is_none() {
-                self.progress()?;
+                self.s.worker.progress();
             }
         }
         let data = if self.spec.recv_iov {
@@ -237,12 +242,12 @@ impl<'a> Engine<'a> {
             // it while receives are outstanding.
             RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(self.s.recv.as_ptr(), self.s.len) })
         };
-        let param = self.param(self.s.recv_memh);
+        let param = self.param(self.s.recv_memh, &self.recvs);
         // SAFETY: as above; every receive is waited for before `Setup` goes.
         let r = unsafe { self.s.worker.tag_recv_nbx(data, TAG, self.mask, param) }
             .map_err(|e| format!("receive failed: {e}"))?;
         if let RecvResult::Pending(r) = r {
-            self.recvs.push_back(r);
+            Self::started(&self.recvs, Some(r));
         }
         Ok(())
     }
@@ -339,9 +344,7 @@ pub fn run(spec: &UcpTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
             oob.exchange(&[0])?;
         }
         sync(oob, &s)?;
-        let cap = spec.max_outstanding as usize + 1;
-        let mut e =
-            Engine { s: &s, spec, sends: VecDeque::with_capacity(cap), recvs: VecDeque::with_capacity(cap), mask };
+        let mut e = Engine { s: &s, spec, sends: Box::default(), recvs: Box::default(), mask };
         let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
         meter.start();
         let mut rep = |m: &Measured| {

@@ -82,7 +82,7 @@ impl Core {
         }
         let req =
             SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, zc: None, hint: param.memh.map(|m| m.id) };
-        let rid = self.req_new(ReqKind::Send(req), param.callback);
+        let rid = self.req_with(ReqKind::Send(req), param);
         if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
             r.info = RecvInfo { length: len, sender_tag: tag };
         }
@@ -554,7 +554,8 @@ impl Core {
                     self.tm.borrow_mut().cancel(h);
                     return Err(Status::NoResource);
                 }
-                let rid = self.req_new(ReqKind::Recv(recv_req(buf, Some(h), param.memh.map(|m| m.id))), param.callback);
+                let hint = param.memh.map(|m| m.id);
+                let rid = self.req_with(ReqKind::Recv(recv_req(buf, Some(h), hint)), param);
                 if let Some(slot) = self.tm.borrow_mut().expected_mut(h) {
                     *slot = rid;
                 }
@@ -583,13 +584,14 @@ impl Core {
                     // SAFETY: valid buffer (caller); `data.len() < total <= buffer length`.
                     unsafe { r.buf.copy_in(0, &data) };
                 }
-                let rid = self.req_new(ReqKind::Recv(r), param.callback);
+                let rid = self.req_with(ReqKind::Recv(r), param);
                 self.set_info(rid, info);
                 self.frags.borrow_mut().insert(key, FragTarget::Req(rid));
                 Ok(RecvOut::Req(rid))
             }
             Unexp::Rts(rts) => {
-                let rid = self.req_new(ReqKind::Recv(recv_req(buf, None, param.memh.map(|m| m.id))), param.callback);
+                let hint = param.memh.map(|m| m.id);
+                let rid = self.req_with(ReqKind::Recv(recv_req(buf, None, hint)), param);
                 self.set_info(rid, info);
                 self.rndv_matched(rid, rts);
                 Ok(RecvOut::Req(rid))
@@ -626,6 +628,9 @@ impl Core {
             // The callback of a request completed at creation runs now.
             if let Some(cb) = param.callback {
                 cb(status, info);
+            }
+            if let Some((f, data)) = param.callback_fn {
+                f(status, info, data);
             }
             return Ok(RecvOut::Req(rid));
         }
