@@ -6,6 +6,9 @@ use ucp::{
     Status, Worker, WorkerParams, FULL_MASK,
 };
 
+/// Busy-polling tests of this file run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn ctx(tls: &str, extra: &[(&str, &str)]) -> Context {
     uct_shm::register();
     let mut p = ContextParams::new(Features::TAG).with_config("TLS", tls);
@@ -87,6 +90,7 @@ fn all_sizes(ep: &Endpoint, sw: &Worker, rw: &Worker, what: &str) {
 
 #[test]
 fn self_endpoint_every_protocol() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for (name, extra) in [
         ("default", vec![]),
         ("rndv at 0 (AM scheme)", vec![("RNDV_THRESH", "0")]),
@@ -113,6 +117,7 @@ fn self_endpoint_every_protocol() {
 
 #[test]
 fn two_workers_every_protocol() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for (name, extra) in [
         ("default", vec![]),
         ("get_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "get_zcopy")]),
@@ -154,6 +159,7 @@ fn two_workers_every_protocol() {
 
 #[test]
 fn truncation_eager_and_rndv() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = ctx("posix,cma", &[("RNDV_THRESH", "4096")]);
     let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
     let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
@@ -184,6 +190,7 @@ fn truncation_eager_and_rndv() {
 
 #[test]
 fn futures_and_drop_cancels() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = ctx("self", &[]);
     let w = Worker::new(&c, &WorkerParams::new("f")).unwrap();
     let ep = w.ep_create(w.address()).unwrap();
