@@ -335,9 +335,7 @@ impl Core {
             r.status = status;
             // Protocol state (registrations, keys) has no side effects on the core: dropped
             // here. A user's buffer may, so it goes after the borrow.
-            if !matches!(r.kind, ReqKind::Done) {
-                r.kind = ReqKind::Done;
-            }
+            r.kind = ReqKind::Done;
             let info = r.info;
             let cb_fn = r.cb_fn.take();
             let (cb, waker, dropped) = if r.released {
@@ -521,26 +519,21 @@ impl Core {
 
     /// A send request named by a peer, if it is a live send; `what` is for the log.
     pub fn sreq_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
-        let id = Id::from_raw(raw);
-        match self.reqs.borrow().get(id) {
-            Some(ReqState { kind: ReqKind::Send(_), .. }) => Some(id),
-            _ => {
-                tracing::warn!("{what}: no send request {raw:#x}; dropped");
-                None
-            }
-        }
+        self.req_from_wire(raw, what, "send", |k| matches!(k, ReqKind::Send(_)))
     }
 
     /// A receive request named by a peer, if it is a live receive.
     pub fn rreq_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
+        self.req_from_wire(raw, what, "receive", |k| matches!(k, ReqKind::Recv(_)))
+    }
+
+    fn req_from_wire(&self, raw: u64, what: &str, kind: &str, is: fn(&ReqKind) -> bool) -> Option<Id> {
         let id = Id::from_raw(raw);
-        match self.reqs.borrow().get(id) {
-            Some(ReqState { kind: ReqKind::Recv(_), .. }) => Some(id),
-            _ => {
-                tracing::warn!("{what}: no receive request {raw:#x}; dropped");
-                None
-            }
+        if self.reqs.borrow().get(id).is_some_and(|r| is(&r.kind)) {
+            return Some(id);
         }
+        tracing::warn!("{what}: no {kind} request {raw:#x}; dropped");
+        None
     }
 
     fn on_sync_ack(&self, data: &[u8]) {

@@ -150,8 +150,6 @@ pub(crate) struct Ep {
     pub rndv: Option<RndvLane>,
     pub cfg: EpConfig,
     pub pending: RefCell<VecDeque<Pending>>,
-    /// Handed to the user (not only created by a peer's request).
-    pub user: Cell<bool>,
 }
 
 impl Ep {
@@ -269,12 +267,15 @@ impl Core {
                     let (l, r) = (&self.address.ifaces[p.local], &remote.ifaces[p.remote]);
                     let both = |f: uct::IfaceFlags| l.flags.contains(f) && r.flags.contains(f);
                     let attr = &self.ifaces[p.local].attr;
+                    let (get, put) = (both(uct::IfaceFlags::GET_ZCOPY), both(uct::IfaceFlags::PUT_ZCOPY));
+                    // A message must fit every operation the lane may use for it.
+                    let limit = |ok: bool, v: usize| if ok { v } else { usize::MAX };
                     Some(RndvLane {
                         uct: ep_for(p)?,
                         iface: p.local,
-                        get: both(uct::IfaceFlags::GET_ZCOPY),
-                        put: both(uct::IfaceFlags::PUT_ZCOPY),
-                        max_zcopy: attr.get.max_zcopy.min(attr.put.max_zcopy.max(attr.get.max_zcopy)).max(1),
+                        get,
+                        put,
+                        max_zcopy: limit(get, attr.get.max_zcopy).min(limit(put, attr.put.max_zcopy)).max(1),
                     })
                 }
                 None => None,
@@ -320,7 +321,6 @@ impl Core {
             rndv,
             cfg: EpConfig { short_lim, bcopy_max, rndv_thresh, scheme: cfg.rndv_scheme },
             pending: RefCell::new(VecDeque::new()),
-            user: Cell::new(false),
         });
         if let Some(slot) = self.eps.borrow_mut().get_mut(id) {
             *slot = Some(ep.clone());
@@ -375,15 +375,11 @@ impl Core {
         let remote = WorkerAddress::unpack(addr)?;
         let sn = self.next_sn(remote.uuid);
         let claimed = self.conn.borrow_mut().unexpected.remove(&(remote.uuid, sn));
-        if let Some(id) = claimed {
-            if let Some(ep) = self.ep(id) {
-                ep.user.set(true);
-                return Ok(id);
-            }
+        if let Some(id) = claimed.filter(|&id| self.ep(id).is_some()) {
+            return Ok(id);
         }
         let uuid = remote.uuid;
         let ep = self.build_ep(remote, sn)?;
-        ep.user.set(true);
         let id = ep.id.get();
         self.conn.borrow_mut().expected.insert((uuid, sn), id);
         let packed: Rc<[u8]> = self.packed.clone().into();

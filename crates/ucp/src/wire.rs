@@ -81,36 +81,35 @@ impl<'a> Reader<'a> {
         Reader { buf }
     }
 
+    #[inline]
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (w, rest) = self.buf.split_first_chunk::<N>()?;
+        self.buf = rest;
+        Some(*w)
+    }
+
     /// The next 8 bytes.
     #[inline]
     pub fn u64(&mut self) -> Option<u64> {
-        let (w, rest) = self.buf.split_first_chunk::<8>()?;
-        self.buf = rest;
-        Some(u64::from_le_bytes(*w))
+        self.take().map(u64::from_le_bytes)
     }
 
     /// The next 4 bytes.
     #[inline]
     pub fn u32(&mut self) -> Option<u32> {
-        let (w, rest) = self.buf.split_first_chunk::<4>()?;
-        self.buf = rest;
-        Some(u32::from_le_bytes(*w))
+        self.take().map(u32::from_le_bytes)
     }
 
     /// The next 2 bytes.
     #[inline]
     pub fn u16(&mut self) -> Option<u16> {
-        let (w, rest) = self.buf.split_first_chunk::<2>()?;
-        self.buf = rest;
-        Some(u16::from_le_bytes(*w))
+        self.take().map(u16::from_le_bytes)
     }
 
     /// The next byte.
     #[inline]
     pub fn u8(&mut self) -> Option<u8> {
-        let (w, rest) = self.buf.split_first()?;
-        self.buf = rest;
-        Some(*w)
+        self.take::<1>().map(|[b]| b)
     }
 
     /// The next `n` bytes.
@@ -131,9 +130,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Writes little-endian words into a transport buffer. Writing past the end is a bug of the
-/// caller (sizes are computed from the same constants) and panics in debug builds only after
-/// truncating; `written` then reports how far it got.
+/// Writes little-endian words into a transport buffer. A write that does not fit writes
+/// nothing and returns false; `written` reports how far it got.
 pub struct Writer<'a> {
     buf: &'a mut [u8],
     pos: usize,
@@ -171,12 +169,6 @@ impl<'a> Writer<'a> {
         &mut self.buf[self.pos..]
     }
 
-    /// Marks `n` bytes of the tail written.
-    #[inline]
-    pub fn advance(&mut self, n: usize) {
-        self.pos = (self.pos + n).min(self.buf.len());
-    }
-
     /// Bytes written so far.
     #[inline]
     pub fn written(&self) -> usize {
@@ -198,8 +190,6 @@ pub mod len {
     pub const EAGER_SYNC_FIRST: usize = 40;
     /// Rndv RTS before the key: tag, ep, sreq, size, address, flags (u8), key length (u16).
     pub const RTS: usize = 43;
-    /// Rndv RTR before the key: ep, sreq, rreq, address, length, key length (u16).
-    pub const RTR: usize = 42;
     /// Rndv data: rreq, offset.
     pub const RNDV_DATA: usize = 16;
 }

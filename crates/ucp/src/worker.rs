@@ -478,10 +478,8 @@ impl Endpoint {
         tag: Tag,
         param: RequestParam,
     ) -> UcsResult<Option<Request<'_>>> {
-        let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, false, param)? };
-        Ok(r.map(|id| Request { worker: &self.worker, id }))
+        unsafe { self.send_nbx(data, tag, false, param) }
     }
 
     /// Synchronous send (`ucp_tag_send_sync_nbx`): completes once the receiver matched it.
@@ -494,9 +492,23 @@ impl Endpoint {
         tag: Tag,
         param: RequestParam,
     ) -> UcsResult<Option<Request<'_>>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.send_nbx(data, tag, true, param) }
+    }
+
+    /// # Safety
+    /// As [`Endpoint::tag_send_nbx`].
+    #[inline]
+    unsafe fn send_nbx(
+        &self,
+        data: SendData<'_>,
+        tag: Tag,
+        sync: bool,
+        param: RequestParam,
+    ) -> UcsResult<Option<Request<'_>>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, true, param)? };
+        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param)? };
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
 

@@ -37,6 +37,24 @@ fn context(tls: &str, cfg: &[(&str, &str)]) -> Context {
     Context::new(&p).unwrap()
 }
 
+/// Starts sending `pattern(len, seed)`; the caller keeps the returned data until the request
+/// (if any) completed.
+fn start_send(ep: &Endpoint, tag: u64, len: usize, seed: u64, sync: bool) -> (Vec<u8>, Option<Request<'_>>) {
+    let data = pattern(len, seed);
+    // SAFETY: the Vec's heap buffer does not move when the Vec moves to the caller, who keeps
+    // it until the request completed.
+    let r = unsafe {
+        let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
+        if sync {
+            ep.tag_send_sync_nbx(d, tag, RequestParam::new())
+        } else {
+            ep.tag_send_nbx(d, tag, RequestParam::new())
+        }
+    }
+    .unwrap();
+    (data, r)
+}
+
 /// Something that sends on request: the same worker (self), or a peer process.
 trait Sender {
     /// Starts sending `pattern(len, seed)` with `tag`.
@@ -68,20 +86,7 @@ impl LocalSender {
 
 impl Sender for LocalSender {
     fn send(&mut self, _w: &Worker, tag: u64, len: usize, seed: u64, sync: bool) {
-        let data = pattern(len, seed);
-        let ep = self.ep;
-        // SAFETY: the Vec's heap buffer does not move when the Vec moves into `bufs`; it is
-        // kept until the request completed.
-        let r = unsafe {
-            let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
-            if sync {
-                ep.tag_send_sync_nbx(d, tag, RequestParam::new())
-            } else {
-                ep.tag_send_nbx(d, tag, RequestParam::new())
-            }
-        }
-        .unwrap();
-        self.bufs.push((data, r));
+        self.bufs.push(start_send(self.ep, tag, len, seed, sync));
     }
 
     fn pending(&mut self, _w: &Worker) -> usize {
@@ -202,18 +207,7 @@ fn tag_peer() {
             Some("send") => {
                 let (tag, len, seed, sync) =
                     (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4] == "1");
-                let data = pattern(len, seed);
-                // SAFETY: the Vec's heap buffer stays in `sends` until the request completed.
-                let r = unsafe {
-                    let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
-                    if sync {
-                        ep.tag_send_sync_nbx(d, tag, RequestParam::new())
-                    } else {
-                        ep.tag_send_nbx(d, tag, RequestParam::new())
-                    }
-                }
-                .unwrap();
-                sends.push((data, r));
+                sends.push(start_send(&ep, tag, len, seed, sync));
                 say("started");
             }
             Some("pending") => {

@@ -19,7 +19,7 @@ use ucp::{
 };
 
 use crate::meter::{Measured, Meter};
-use crate::uct_tests::{Exchange, PageAligned};
+use crate::uct_tests::{for_each_run, Exchange, PageAligned};
 
 /// Tag send or synchronous tag send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,8 +66,6 @@ pub struct UcpTestSpec {
 }
 
 const TAG: u64 = 0x1337_a880_0000_0000;
-/// Warm-up ends early once both sides have spent this long in it.
-const WARMUP_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 
 struct Setup {
     worker: Worker,
@@ -319,30 +317,8 @@ pub fn run(spec: &UcpTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
             s.worker.progress();
         })
     };
-    let mut runs: Vec<(u64, bool)> = Vec::new();
-    let mut planned = 0u64;
-    let mut round = 1u64;
-    while planned < spec.warmup {
-        let n = round.min(spec.warmup - planned);
-        runs.push((n, false));
-        planned += n;
-        round = round.saturating_mul(2);
-    }
-    runs.push((spec.iters, true));
-    let warm_start = std::time::Instant::now();
     let mask = if spec.wildcard { 0 } else { FULL_MASK };
-    for (iters, measured) in runs {
-        if iters == 0 {
-            continue;
-        }
-        if !measured && warm_start.elapsed() >= WARMUP_TIME {
-            let theirs = oob.exchange(&[1])?;
-            if theirs.first() == Some(&1) {
-                continue;
-            }
-        } else if !measured {
-            oob.exchange(&[0])?;
-        }
+    for_each_run(spec.warmup, spec.iters, oob, &mut |oob, iters, measured| {
         sync(oob, &s)?;
         let mut e = Engine { s: &s, spec, sends: Box::default(), recvs: Box::default(), mask };
         let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
@@ -364,7 +340,8 @@ pub fn run(spec: &UcpTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
         if measured {
             report(&m, true);
         }
-    }
+        Ok(())
+    })?;
     // Let the peer finish its last sends before the endpoint goes.
     sync(oob, &s)?;
     Ok(())

@@ -611,32 +611,7 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
             ctx.worker.progress();
         })
     };
-    // Warm-up as the reference runs it: rounds of 1, 2, 4, ... iterations until `warmup` are
-    // done, ending early once both sides have spent WARMUP_TIME in it; then the measured run.
-    let mut runs: Vec<(u64, bool)> = Vec::new();
-    let mut planned = 0u64;
-    let mut round = 1u64;
-    while planned < spec.warmup {
-        let n = round.min(spec.warmup - planned);
-        runs.push((n, false));
-        planned += n;
-        round = round.saturating_mul(2);
-    }
-    runs.push((spec.iters, true));
-    let warm_start = std::time::Instant::now();
-    for (iters, measured) in runs {
-        if iters == 0 {
-            continue;
-        }
-        if !measured && warm_start.elapsed() >= WARMUP_TIME {
-            // Both sides must agree to skip the rest of the warm-up.
-            let theirs = oob.exchange(&[1])?;
-            if theirs.first() == Some(&1) {
-                continue;
-            }
-        } else if !measured {
-            oob.exchange(&[0])?;
-        }
+    for_each_run(spec.warmup, spec.iters, oob, &mut |oob, iters, measured| {
         // Every run starts from zeroed buffers and sequence numbers on both sides.
         // SAFETY: both buffers are ours and at least `len` bytes.
         unsafe {
@@ -673,7 +648,49 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
         if measured {
             report(&m, true);
         }
-    }
+        Ok(())
+    })?;
     drop(ctx);
+    Ok(())
+}
+
+/// One run of a test: `(oob, iterations, measured)`.
+pub type RunBody<'a> = dyn FnMut(&mut dyn Exchange, u64, bool) -> Result<(), String> + 'a;
+
+/// Runs `body(oob, iterations, measured)` as the reference schedules a test: warm-up rounds
+/// of 1, 2, 4, ... iterations until `warmup` are done, ending early once both sides have spent
+/// `WARMUP_TIME` in it (they agree over `oob`), then the measured run of `iters`.
+pub fn for_each_run(
+    warmup: u64,
+    iters: u64,
+    oob: &mut dyn Exchange,
+    body: &mut RunBody<'_>,
+) -> Result<(), String> {
+    let mut runs: Vec<(u64, bool)> = Vec::new();
+    let mut planned = 0u64;
+    let mut round = 1u64;
+    while planned < warmup {
+        let n = round.min(warmup - planned);
+        runs.push((n, false));
+        planned += n;
+        round = round.saturating_mul(2);
+    }
+    runs.push((iters, true));
+    let warm_start = std::time::Instant::now();
+    for (iters, measured) in runs {
+        if iters == 0 {
+            continue;
+        }
+        if !measured && warm_start.elapsed() >= WARMUP_TIME {
+            // Both sides must agree to skip the rest of the warm-up.
+            let theirs = oob.exchange(&[1])?;
+            if theirs.first() == Some(&1) {
+                continue;
+            }
+        } else if !measured {
+            oob.exchange(&[0])?;
+        }
+        body(oob, iters, measured)?;
+    }
     Ok(())
 }

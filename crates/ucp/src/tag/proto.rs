@@ -71,10 +71,9 @@ impl Core {
         let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
         if imm && !sync && len < ep.cfg.rndv_thresh && ep.ready() {
             match self.eager_now(&ep, &buf, tag) {
-                Ok(Outcome::NoResource) => {}
-                Ok(_) => return Ok(None),
-                Err(Status::Unsupported) => {}
-                Err(e) => return Err(e),
+                None | Some(Ok(Outcome::NoResource)) => {}
+                Some(Ok(_)) => return Ok(None),
+                Some(Err(e)) => return Err(e),
             }
         }
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
@@ -96,10 +95,10 @@ impl Core {
         Ok(Some(rid))
     }
 
-    /// The immediate eager path: short, or one bcopy fragment. `Unsupported` when the message
-    /// needs more than one fragment.
+    /// The immediate eager path: short, or one bcopy fragment; `None` when the message needs
+    /// more than one fragment.
     #[inline]
-    fn eager_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> UcsResult<Outcome<()>> {
+    fn eager_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> Option<UcsResult<Outcome<()>>> {
         let len = buf.len();
         if len < ep.cfg.short_lim {
             if let Some(seg) = buf.contig() {
@@ -109,7 +108,7 @@ impl Core {
                 if let Ok(Outcome::Done(())) = r {
                     self.count(|c| &mut c.eager_short);
                 }
-                return r;
+                return Some(r);
             }
         }
         if len + len::EAGER_ONLY <= ep.cfg.bcopy_max {
@@ -123,17 +122,13 @@ impl Core {
                     len::EAGER_ONLY + len
                 },
                 uct::SendFlags::empty(),
-            )?;
-            return Ok(match r {
-                Outcome::Done(_) => {
-                    self.count(|c| &mut c.eager_bcopy);
-                    Outcome::Done(())
-                }
-                Outcome::InProgress => Outcome::InProgress,
-                Outcome::NoResource => Outcome::NoResource,
-            });
+            );
+            if let Ok(Outcome::Done(_)) = r {
+                self.count(|c| &mut c.eager_bcopy);
+            }
+            return Some(r.map(|o| o.map(|_| ())));
         }
-        Err(Status::Unsupported)
+        None
     }
 
     /// Takes the user buffer out of a send request, so nothing is borrowed while sending.
@@ -190,8 +185,8 @@ impl Core {
                 }
                 // One piece?
                 let hdr = if sync { len::EAGER_SYNC_ONLY } else { len::EAGER_ONLY };
-                if !sync || len + hdr <= cfg.bcopy_max {
-                    let r = if sync {
+                let one = if sync {
+                    (len + hdr <= cfg.bcopy_max).then(|| {
                         let (rep, sreq) = (ep.remote_id.get(), rid.raw());
                         ep.am()
                             .am_bcopy(
@@ -208,28 +203,28 @@ impl Core {
                                 uct::SendFlags::empty(),
                             )
                             .map(|o| o.status())
-                    } else {
-                        self.eager_now(ep, &buf, tag).map(|o| o.status())
-                    };
-                    match r {
-                        Ok(Status::NoResource) => {
-                            self.put_send(rid, buf, None);
-                            return false;
+                    })
+                } else {
+                    self.eager_now(ep, &buf, tag).map(|r| r.map(|o| o.status()))
+                };
+                match one {
+                    None => {}
+                    Some(Ok(Status::NoResource)) => {
+                        self.put_send(rid, buf, None);
+                        return false;
+                    }
+                    Some(Ok(_)) => {
+                        if sync {
+                            self.count(|c| &mut c.eager_sync);
                         }
-                        Ok(_) => {
-                            if sync {
-                                self.count(|c| &mut c.eager_sync);
-                            }
-                            self.put_send(rid, buf, None);
-                            self.sent_all(rid, sync);
-                            return true;
-                        }
-                        Err(Status::Unsupported) => {}
-                        Err(e) => {
-                            self.put_send(rid, buf, None);
-                            self.finish(rid, e);
-                            return true;
-                        }
+                        self.put_send(rid, buf, None);
+                        self.sent_all(rid, sync);
+                        return true;
+                    }
+                    Some(Err(e)) => {
+                        self.put_send(rid, buf, None);
+                        self.finish(rid, e);
+                        return true;
                     }
                 }
                 self.count(|c| &mut c.eager_multi);
