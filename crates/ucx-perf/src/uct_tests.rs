@@ -660,12 +660,7 @@ pub type RunBody<'a> = dyn FnMut(&mut dyn Exchange, u64, bool) -> Result<(), Str
 /// Runs `body(oob, iterations, measured)` as the reference schedules a test: warm-up rounds
 /// of 1, 2, 4, ... iterations until `warmup` are done, ending early once both sides have spent
 /// `WARMUP_TIME` in it (they agree over `oob`), then the measured run of `iters`.
-pub fn for_each_run(
-    warmup: u64,
-    iters: u64,
-    oob: &mut dyn Exchange,
-    body: &mut RunBody<'_>,
-) -> Result<(), String> {
+pub fn for_each_run(warmup: u64, iters: u64, oob: &mut dyn Exchange, body: &mut RunBody<'_>) -> Result<(), String> {
     let mut runs: Vec<(u64, bool)> = Vec::new();
     let mut planned = 0u64;
     let mut round = 1u64;
