@@ -14,6 +14,7 @@ pub mod lanes;
 pub mod mem;
 pub mod request;
 pub mod tag;
+pub(crate) mod wakeup;
 pub mod wire;
 pub mod worker;
 
@@ -25,8 +26,8 @@ pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, Request, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, CloseMode, Endpoint, Message, RecvData, RecvFuture, RecvResult, SendData, SendFuture, ThreadMode, Worker,
-    WorkerParams,
+    block_on, CloseMode, Endpoint, EventSource, Message, ProgressDriver, RecvData, RecvFuture, RecvResult, SendData,
+    SendFuture, ThreadMode, Worker, WorkerParams,
 };
 
 pub use ucs::Status;

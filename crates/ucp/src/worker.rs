@@ -12,8 +12,10 @@
 //! Nothing of the core (it is built on `Rc`) ever leaves it: the public types carry ids.
 
 use std::future::Future;
+use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
@@ -23,13 +25,14 @@ use ucs::{Status, UcsResult};
 pub use ucs::ThreadMode;
 
 use crate::address::WorkerAddress;
-use crate::context::Context;
+use crate::context::{Context, Features};
 use crate::core::Core;
 use crate::ep::EpInfo;
 use crate::mem::MemHandle;
 use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg};
 use crate::tag::proto::RecvOut;
 use crate::tag::Tag;
+use crate::wakeup::Wakeup;
 
 /// Parameters of [`Worker::new`] (`ucp_worker_params_t`).
 #[derive(Clone, Debug, Default)]
@@ -62,12 +65,17 @@ struct Shared {
     address: Vec<u8>,
     record: WorkerAddress,
     ctx: Context,
+    /// Present when the context has the WAKEUP feature.
+    wakeup: Option<Wakeup>,
+    /// Live [`ProgressDriver`]s: while any exists, futures leave progress to them.
+    drivers: AtomicUsize,
 }
 
 // SAFETY: the `Rc` graph inside `core` is only touched by a thread that entered the worker:
 // in Single mode only the creating thread (checked on every entry), otherwise under the
 // re-entrant lock, so no two threads touch it at once. The last handle's drop destroys it with
-// no other handle left. The other fields are immutable after creation.
+// no other handle left. The other fields are immutable after creation, or atomic, or (the
+// wakeup descriptors) used only through system calls that are safe from any thread.
 unsafe impl Send for Shared {}
 // SAFETY: as above; shared references only read immutable fields or enter first.
 unsafe impl Sync for Shared {}
@@ -117,6 +125,7 @@ impl Worker {
         let core = Core::new(ctx, &params.name)?;
         let address = core.packed.clone();
         let record = core.address.clone();
+        let wakeup = if ctx.features().contains(Features::WAKEUP) { Some(Wakeup::new(&core)?) } else { None };
         Ok(Worker {
             shared: Arc::new(Shared {
                 mode: params.thread_mode,
@@ -126,6 +135,8 @@ impl Worker {
                 address,
                 record,
                 ctx: ctx.clone(),
+                wakeup,
+                drivers: AtomicUsize::new(0),
             }),
         })
     }
@@ -161,6 +172,91 @@ impl Worker {
             Ok(e) => e.core.progress(),
             Err(_) => 0,
         }
+    }
+
+    fn wakeup(&self) -> UcsResult<&Wakeup> {
+        self.shared.wakeup.as_ref().ok_or_else(|| {
+            tracing::error!(
+                "ucp worker '{}': wakeup needs the WAKEUP feature in the context parameters",
+                self.shared.record.name
+            );
+            Status::InvalidParam
+        })
+    }
+
+    /// The worker's event descriptor (`ucp_worker_get_efd`): it becomes readable when the
+    /// worker, once [armed](Self::arm), has events to progress or was [signalled](Self::signal).
+    /// It is an epoll descriptor, so it can be added to the caller's own poll set or async
+    /// reactor. Needs [`Features::WAKEUP`]; `InvalidParam` otherwise.
+    pub fn event_fd(&self) -> UcsResult<RawFd> {
+        Ok(self.wakeup()?.fd())
+    }
+
+    /// The event descriptor kept open by a handle on the worker: for reactors that take
+    /// ownership of something with a descriptor, such as tokio's `AsyncFd`. The descriptor
+    /// stays open, and the same, for as long as the returned value lives.
+    pub fn event_source(&self) -> UcsResult<EventSource> {
+        let fd = self.event_fd()?;
+        Ok(EventSource { worker: self.clone(), fd })
+    }
+
+    /// Arms the event descriptor for the next event (`ucp_worker_arm`). `Err(Busy)` means
+    /// events are already pending, or the worker was signalled: progress, then arm again.
+    /// `Ok` means sleeping on [`event_fd`](Self::event_fd) is safe: any later event wakes it.
+    pub fn arm(&self) -> UcsResult<()> {
+        let w = self.wakeup()?;
+        let e = self.enter()?;
+        if w.take_signals()? {
+            return Err(Status::Busy);
+        }
+        e.core.arm()
+    }
+
+    /// Arms and, unless events are pending, sleeps until one arrives or another thread
+    /// calls [`signal`](Self::signal) (`ucp_worker_wait`). Call [`progress`](Self::progress)
+    /// afterwards. The worker is not locked while sleeping.
+    pub fn wait(&self) -> UcsResult<()> {
+        self.wait_timeout(None).map(|_| ())
+    }
+
+    /// [`wait`](Self::wait) for at most `timeout`; `Ok(false)` when it ran out with nothing
+    /// to do.
+    pub fn wait_timeout(&self, timeout: Option<std::time::Duration>) -> UcsResult<bool> {
+        let w = self.wakeup()?;
+        match self.arm() {
+            Err(Status::Busy) => return Ok(true),
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        let (woke, fired) = w.sleep(timeout)?;
+        if fired != 0 {
+            // Interfaces that woke us get polled on every progress call from now on.
+            if let Ok(e) = self.enter() {
+                (0..64).filter(|i| fired & (1 << i) != 0).for_each(|i| e.core.activate(i));
+            }
+        }
+        Ok(woke)
+    }
+
+    /// Wakes a thread sleeping in [`wait`](Self::wait) or on [`event_fd`](Self::event_fd)
+    /// (`ucp_worker_signal`). Safe from any thread, whatever the thread mode; the next
+    /// [`arm`](Self::arm) returns `Busy` once.
+    pub fn signal(&self) -> UcsResult<()> {
+        self.wakeup()?.signal()
+    }
+
+    /// Declares that something else progresses this worker - a task that sleeps on
+    /// [`event_fd`](Self::event_fd), or a thread looping on [`wait`](Self::wait) - for as long
+    /// as the returned guard lives. Meanwhile the futures of this worker (from
+    /// [`tag_recv`](Self::tag_recv), [`Endpoint::tag_send`], ...) no longer progress the worker
+    /// and re-poll themselves; they sleep until the completion wakes their task.
+    pub fn progress_driver(&self) -> ProgressDriver {
+        self.shared.drivers.fetch_add(1, Ordering::AcqRel);
+        ProgressDriver { worker: self.clone() }
+    }
+
+    fn driven(&self) -> bool {
+        self.shared.drivers.load(Ordering::Acquire) > 0
     }
 
     /// The packed address to give peers.
@@ -595,7 +691,7 @@ impl<B: 'static> Future for RecvFuture<B> {
             FutState::Ready(Some(b), r) => Poll::Ready((b, r)),
             FutState::Pending(id) => {
                 let (status, _) = self.worker.request_status(id);
-                let status = if status == Status::InProgress {
+                let status = if status == Status::InProgress && !self.worker.driven() {
                     self.worker.progress();
                     self.worker.request_status(id).0
                 } else {
@@ -604,7 +700,9 @@ impl<B: 'static> Future for RecvFuture<B> {
                 if status == Status::InProgress {
                     self.worker.register_waker(id, cx.waker());
                     self.state = FutState::Pending(id);
-                    cx.waker().wake_by_ref();
+                    if !self.worker.driven() {
+                        cx.waker().wake_by_ref();
+                    }
                     return Poll::Pending;
                 }
                 let (b, status, info) = self.worker.take_back::<B>(id);
@@ -653,6 +751,56 @@ impl<B: 'static> Drop for SendFuture<B> {
             self.inner.state = FutState::Gone;
             self.inner.worker.request_release(id);
         }
+    }
+}
+
+/// A worker's event descriptor together with a handle that keeps it open (see
+/// [`Worker::event_source`]).
+#[derive(Debug, Clone)]
+pub struct EventSource {
+    worker: Worker,
+    fd: RawFd,
+}
+
+impl EventSource {
+    /// The worker.
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+}
+
+impl std::os::fd::AsRawFd for EventSource {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl std::os::fd::AsFd for EventSource {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to the worker's wakeup set, which the worker handle in
+        // `self` keeps open (it closes only when the last handle drops), so it is valid for the
+        // borrow of `self`.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
+    }
+}
+
+/// Keeps the futures of a worker from progressing it while alive; see
+/// [`Worker::progress_driver`].
+#[derive(Debug)]
+pub struct ProgressDriver {
+    worker: Worker,
+}
+
+impl ProgressDriver {
+    /// The driven worker.
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+}
+
+impl Drop for ProgressDriver {
+    fn drop(&mut self) {
+        self.worker.shared.drivers.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -7,8 +7,8 @@ use std::rc::{Rc, Weak};
 use ucs::config::{Config, MemUnits};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    iov_total_len, AmHandler, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, FlushFlags, Iface,
-    IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, ProgressRegistration, RemoteKey,
+    iov_total_len, AmHandler, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, EventFlags, FlushFlags,
+    Iface, IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, ProgressRegistration, RemoteKey,
     Worker,
 };
 
@@ -198,6 +198,9 @@ impl CmaIface {
         };
         let attr = IfaceAttr {
             flags: IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY | IfaceFlags::CONNECT_TO_IFACE | IfaceFlags::EP_CHECK,
+            // Completions come from progress, not from a file descriptor: arming only reports
+            // whether operations are still queued.
+            event_flags: EventFlags::SEND_COMP,
             put: zc,
             get: zc,
             device_addr_len: 8,
@@ -288,6 +291,14 @@ impl Iface for CmaIface {
 
     fn flush(&self, _flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
         flush_queue(&self.inner, comp)
+    }
+
+    fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
+        if events.contains(EventFlags::SEND_COMP) && !self.inner.queue.borrow().is_empty() {
+            // Queued copies advance only in progress: sleeping now would stall them.
+            return Err(Status::Busy);
+        }
+        Ok(())
     }
 }
 

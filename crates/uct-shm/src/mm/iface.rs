@@ -225,7 +225,7 @@ impl MmIface {
         };
         let attr = IfaceAttr {
             flags,
-            event_flags: EventFlags::RECV | EventFlags::FD,
+            event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::FD,
             put: rma,
             get: rma,
             am: OpCaps {
@@ -343,8 +343,12 @@ impl Iface for MmIface {
     }
 
     fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
-        if !events.contains(EventFlags::RECV) && !events.contains(EventFlags::RECV_SIG) {
-            return Err(Status::Unsupported);
+        if events.contains(EventFlags::SEND_COMP) && !self.inner.pending.is_empty() {
+            // Queued sends wait for FIFO space, which frees without a signal to us.
+            return Err(Status::Busy);
+        }
+        if !events.intersects(EventFlags::RECV | EventFlags::RECV_SIG) {
+            return Ok(());
         }
         self.inner.signal_rx.drain();
         self.inner.rx.borrow().consumer.arm()

@@ -12,7 +12,7 @@ use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep,
-    EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
+    EpConnect, EpParams, EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
     PendingHandle, PendingQueue, ProgressFlags, ProgressRegistration, RemoteKey, Resources, SendFlags, Worker,
 };
 
@@ -90,6 +90,8 @@ impl SelfIface {
                 | IfaceFlags::PENDING
                 | IfaceFlags::CB_SYNC
                 | IfaceFlags::EP_CHECK,
+            // Messages are delivered inside the send call; arming only reports queued sends.
+            event_flags: EventFlags::SEND_COMP | EventFlags::RECV,
             put: OpCaps {
                 max_short: u32::MAX as usize,
                 max_bcopy: seg_size,
@@ -203,6 +205,13 @@ impl Iface for SelfIface {
     fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
         // Every operation completes inside its call (queued requests are not issued yet).
         Ok(Outcome::Done(()))
+    }
+    fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
+        if events.contains(EventFlags::SEND_COMP) && !self.inner.pending.is_empty() {
+            // Queued sends go out from progress once a buffer frees.
+            return Err(Status::Busy);
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,110 @@
+//! Worker wakeup (`UCP_FEATURE_WAKEUP`): one file descriptor that becomes readable when the
+//! worker has something to progress, so a thread or an async task can sleep instead of polling.
+//!
+//! The descriptor is an epoll set holding every interface's event descriptor and an eventfd
+//! that [`Worker::signal`](crate::Worker::signal) writes from any thread. The protocol is the
+//! one of `ucp_worker_arm`/`ucp_worker_wait`:
+//!
+//! 1. progress until nothing happens;
+//! 2. arm: `Err(Busy)` means events are already pending (go back to 1); `Ok` means the
+//!    descriptor will become readable on the next event;
+//! 3. sleep until the descriptor is readable (`Worker::wait`, `poll`, an async reactor).
+
+use std::os::fd::RawFd;
+
+use ucs::async_::{EventFd, EventSet, Events};
+use ucs::{Status, UcsResult};
+use uct::EventFlags;
+
+use crate::core::Core;
+use crate::ep::EpStatus;
+
+/// Token of the signal eventfd in the epoll set; interface `i` has token `i`.
+const SIGNAL_TOKEN: u64 = u64::MAX;
+
+/// The epoll set and the signal descriptor of a worker created with the WAKEUP feature.
+pub(crate) struct Wakeup {
+    set: EventSet,
+    signal: EventFd,
+}
+
+impl Wakeup {
+    /// Builds the set from the interfaces that report events through a descriptor.
+    pub fn new(core: &Core) -> UcsResult<Wakeup> {
+        let set = EventSet::new()?;
+        let signal = EventFd::new()?;
+        set.add(signal.as_raw_fd(), Events::READ, SIGNAL_TOKEN)?;
+        for (i, wi) in core.ifaces.iter().enumerate() {
+            if !wi.attr.event_flags.contains(EventFlags::FD) {
+                continue;
+            }
+            let fd = wi.iface.event_fd().inspect_err(|e| {
+                tracing::error!(
+                    "ucp wakeup: interface {}/{} has no event descriptor: {e}",
+                    wi.resource.desc.tl.tl_name,
+                    wi.resource.desc.tl.dev_name
+                )
+            })?;
+            set.add(fd, Events::READ, i as u64)?;
+        }
+        Ok(Wakeup { set, signal })
+    }
+
+    /// The epoll descriptor.
+    pub fn fd(&self) -> RawFd {
+        self.set.as_raw_fd()
+    }
+
+    /// Wakes a sleeper; safe from any thread.
+    pub fn signal(&self) -> UcsResult<()> {
+        self.signal.signal()
+    }
+
+    /// Consumes pending signals; true if there were any.
+    pub fn take_signals(&self) -> UcsResult<bool> {
+        Ok(self.signal.drain()? > 0)
+    }
+
+    /// Sleeps until an armed event or a signal (or `timeout`); returns whether anything
+    /// reported and which interfaces did (a bit per interface index below 64).
+    pub fn sleep(&self, timeout: Option<std::time::Duration>) -> UcsResult<(bool, u64)> {
+        let mut fired = 0u64;
+        let n = self.set.wait(timeout, |token, _| {
+            if token < 64 {
+                fired |= 1 << token;
+            }
+        })?;
+        Ok((n > 0, fired))
+    }
+}
+
+impl Core {
+    /// Arms every interface for the next event. `Err(Busy)` when progress has work now: an
+    /// interface has events or queued operations, an endpoint has replayable sends, or a close
+    /// is being flushed (flushes are polled, not signalled).
+    pub fn arm(&self) -> UcsResult<()> {
+        let replayable = self
+            .pending_eps
+            .borrow()
+            .iter()
+            .any(|&id| self.ep(id).is_some_and(|ep| ep.status.get() != EpStatus::Connecting));
+        if replayable || !self.closing.borrow().is_empty() {
+            return Err(Status::Busy);
+        }
+        for (i, wi) in self.ifaces.iter().enumerate() {
+            if wi.attr.event_flags.is_empty() {
+                continue;
+            }
+            match wi.iface.event_arm(EventFlags::SEND_COMP | EventFlags::RECV) {
+                Ok(()) => {}
+                Err(Status::Busy) => {
+                    // An interface polled only now and then has work: poll it every time.
+                    self.activate(i);
+                    return Err(Status::Busy);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
