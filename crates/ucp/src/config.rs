@@ -37,6 +37,10 @@ ucs::config_table! {
         pub proto_info: bool = ("PROTO_INFO", "n", "Print which protocol each operation and message size range uses."),
         pub max_eager_lanes: u32 = ("MAX_EAGER_LANES", "1", "Maximal number of devices on which an eager operation may be executed."),
         pub max_rndv_lanes: u32 = ("MAX_RNDV_LANES", "1", "Maximal number of devices on which a rendezvous operation may be executed."),
+        pub keepalive_interval: std::time::Duration = ("KEEPALIVE_INTERVAL", "20s", "Time interval between keepalive rounds (0: no keepalive)."),
+        pub keepalive_num_eps: u32 = ("KEEPALIVE_NUM_EPS", "128",
+            "Maximal number of endpoints to check on every keepalive round\n \
+             (inf - check all endpoints on every round, must be greater than 0)"),
     }
 }
 
@@ -194,6 +198,10 @@ pub struct ContextConfig {
     pub max_eager_lanes: usize,
     /// `UCX_MAX_RNDV_LANES`.
     pub max_rndv_lanes: usize,
+    /// `UCX_KEEPALIVE_INTERVAL`: how often endpoints check that their peer is alive (zero: never).
+    pub keepalive_interval: std::time::Duration,
+    /// `UCX_KEEPALIVE_NUM_EPS`: endpoints checked per keepalive round.
+    pub keepalive_num_eps: usize,
 }
 
 impl ContextConfig {
@@ -220,7 +228,11 @@ impl ContextConfig {
                 return Err(Status::InvalidParam);
             }
         };
-        for (var, v) in [("MAX_EAGER_LANES", t.max_eager_lanes), ("MAX_RNDV_LANES", t.max_rndv_lanes)] {
+        for (var, v) in [
+            ("MAX_EAGER_LANES", t.max_eager_lanes),
+            ("MAX_RNDV_LANES", t.max_rndv_lanes),
+            ("KEEPALIVE_NUM_EPS", t.keepalive_num_eps),
+        ] {
             if v == 0 {
                 tracing::error!("invalid value for UCX_{var}: 0 (must be at least 1)");
                 return Err(Status::InvalidParam);
@@ -239,6 +251,8 @@ impl ContextConfig {
             proto_info: t.proto_info,
             max_eager_lanes: t.max_eager_lanes as usize,
             max_rndv_lanes: t.max_rndv_lanes as usize,
+            keepalive_interval: t.keepalive_interval,
+            keepalive_num_eps: t.keepalive_num_eps as usize,
         })
     }
 }

@@ -122,6 +122,10 @@ pub(crate) struct Core {
     /// How many messages each protocol carried (see [`crate::ProtoCounts`]).
     pub counts: Cell<crate::ProtoCounts>,
     pub mems: RefCell<IdTable<MemMap>>,
+    /// Keepalive interval (ns, 0: off) and endpoints per round.
+    pub keepalive_cfg: (u64, usize),
+    pub keepalive_due: Cell<u64>,
+    pub keepalive_cursor: Cell<usize>,
 }
 
 /// A worker id unique across processes on this machine and, with high probability, beyond.
@@ -232,6 +236,15 @@ impl Core {
                 next_msg_id: Cell::new(address.uuid.rotate_left(17)),
                 counts: Cell::new(crate::ProtoCounts::default()),
                 mems: RefCell::new(IdTable::new()),
+                keepalive_cfg: (
+                    ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64,
+                    ctx.config().keepalive_num_eps,
+                ),
+                keepalive_due: Cell::new(
+                    ucs::time::now()
+                        .saturating_add(ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64),
+                ),
+                keepalive_cursor: Cell::new(0),
                 address,
             }
         });
@@ -246,6 +259,7 @@ impl Core {
         self.idle_polls.set(k);
         if k % IDLE_POLL_EVERY == 0 {
             n += self.poll_idle();
+            self.keepalive();
         }
         if !self.pending_eps.borrow().is_empty() {
             n += self.progress_pending();
@@ -571,20 +585,90 @@ impl Core {
         self.fail_ep_requests(&ep, status);
     }
 
-    /// Completes every request of endpoint `ep` with `status`.
+    /// Completes every request of endpoint `ep` with `status`: its sends, and the receives
+    /// that wait for more data from its peer (rendezvous after the match, unless a get is in
+    /// flight - the transport completes that one -, and partly arrived multi-fragment
+    /// messages). Partly arrived unexpected messages from the peer are dropped.
     pub fn fail_ep_requests(&self, ep: &Ep, status: Status) {
         let queued: VecDeque<Pending> = std::mem::take(&mut *ep.pending.borrow_mut());
         drop(queued);
         let id = ep.id.get();
-        let mine: Vec<Id> = self
-            .reqs
-            .borrow()
-            .iter()
-            .filter(|(_, r)| r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == id))
-            .map(|(rid, _)| rid)
-            .collect();
+        let mut mine: Vec<Id> =
+            self.reqs
+                .borrow()
+                .iter()
+                .filter(|(_, r)| {
+                    r.status == Status::InProgress
+                        && match &r.kind {
+                            ReqKind::Send(s) => s.ep == id,
+                            ReqKind::Recv(rr) => rr.zc.as_ref().is_some_and(|z| {
+                                z.rkey.is_none() && z.rts.as_ref().is_some_and(|rts| rts.ep == id.raw())
+                            }),
+                            _ => false,
+                        }
+                })
+                .map(|(rid, _)| rid)
+                .collect();
+        let partial: Vec<((u64, u64), FragTarget)> =
+            self.frags.borrow().iter().filter(|(k, _)| k.0 == id.raw()).map(|(k, t)| (*k, *t)).collect();
+        for (key, target) in partial {
+            self.frags.borrow_mut().remove(&key);
+            match target {
+                FragTarget::Req(rid) => mine.push(rid),
+                FragTarget::Unexp(h) => {
+                    tracing::warn!("ucp: dropping a partly arrived message from {} ({status})", ep.remote.name);
+                    drop(self.tm.borrow_mut().take_unexpected(h));
+                }
+                FragTarget::Probed(pid) => {
+                    tracing::warn!("ucp: dropping a partly arrived probed message from {} ({status})", ep.remote.name);
+                    drop(self.probed.borrow_mut().remove(pid));
+                }
+            }
+        }
         for rid in mine {
             self.finish(rid, status);
         }
+    }
+
+    /// Checks, every `UCX_KEEPALIVE_INTERVAL`, that the peers of up to
+    /// `UCX_KEEPALIVE_NUM_EPS` connected endpoints (round robin) are alive; a dead one fails
+    /// its endpoint. Called from the infrequent branch of progress.
+    #[cold]
+    fn keepalive(&self) {
+        let (interval, num) = self.keepalive_cfg;
+        if interval == 0 {
+            return;
+        }
+        let now = ucs::time::now();
+        if now < self.keepalive_due.get() {
+            return;
+        }
+        self.keepalive_due.set(now.saturating_add(interval));
+        let ids: Vec<Id> = self
+            .eps
+            .borrow()
+            .iter()
+            .filter(|(_, e)| e.as_ref().is_some_and(|e| e.status.get() == EpStatus::Connected))
+            .map(|(id, _)| id)
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let start = self.keepalive_cursor.get() % ids.len();
+        let count = num.min(ids.len());
+        self.keepalive_cursor.set(start + count);
+        for &id in ids.iter().cycle().skip(start).take(count) {
+            let Some(ep) = self.ep(id) else { continue };
+            let failed = ep.uct_eps.iter().find_map(|(_, e)| e.check(None).err());
+            if let Some(status) = failed {
+                self.on_ep_error(id, status);
+            }
+        }
+    }
+
+    /// Makes the next progress call run a keepalive round (the wakeup timer fired).
+    pub fn keepalive_now(&self) {
+        self.keepalive_due.set(0);
+        self.idle_polls.set(IDLE_POLL_EVERY - 1);
     }
 }

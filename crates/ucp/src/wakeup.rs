@@ -10,9 +10,9 @@
 //!    descriptor will become readable on the next event;
 //! 3. sleep until the descriptor is readable (`Worker::wait`, `poll`, an async reactor).
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
-use ucs::async_::{EventFd, EventSet, Events};
+use ucs::async_::{EventFd, EventSet, Events, TimerFd};
 use ucs::{Status, UcsResult};
 use uct::EventFlags;
 
@@ -21,11 +21,15 @@ use crate::ep::EpStatus;
 
 /// Token of the signal eventfd in the epoll set; interface `i` has token `i`.
 const SIGNAL_TOKEN: u64 = u64::MAX;
+/// Token of the keepalive timer.
+const TIMER_TOKEN: u64 = u64::MAX - 1;
 
 /// The epoll set and the signal descriptor of a worker created with the WAKEUP feature.
 pub(crate) struct Wakeup {
     set: EventSet,
     signal: EventFd,
+    /// Wakes a sleeping worker for its keepalive rounds (`UCX_KEEPALIVE_INTERVAL`).
+    keepalive: Option<TimerFd>,
 }
 
 impl Wakeup {
@@ -34,6 +38,11 @@ impl Wakeup {
         let set = EventSet::new()?;
         let signal = EventFd::new()?;
         set.add(signal.as_raw_fd(), Events::READ, SIGNAL_TOKEN)?;
+        let interval = core.ctx.config().keepalive_interval;
+        let keepalive = if interval.is_zero() { None } else { Some(TimerFd::periodic(interval)?) };
+        if let Some(t) = &keepalive {
+            set.add(t.as_raw_fd(), Events::READ, TIMER_TOKEN)?;
+        }
         for (i, wi) in core.ifaces.iter().enumerate() {
             if !wi.attr.event_flags.contains(EventFlags::FD) {
                 continue;
@@ -47,7 +56,7 @@ impl Wakeup {
             })?;
             set.add(fd, Events::READ, i as u64)?;
         }
-        Ok(Wakeup { set, signal })
+        Ok(Wakeup { set, signal, keepalive })
     }
 
     /// The epoll descriptor.
@@ -63,6 +72,14 @@ impl Wakeup {
     /// Consumes pending signals; true if there were any.
     pub fn take_signals(&self) -> UcsResult<bool> {
         Ok(self.signal.drain()? > 0)
+    }
+
+    /// Consumes keepalive timer expirations; true if it fired.
+    pub fn take_timer(&self) -> UcsResult<bool> {
+        match &self.keepalive {
+            Some(t) => Ok(t.drain()? > 0),
+            None => Ok(false),
+        }
     }
 
     /// Sleeps until an armed event or a signal (or `timeout`); returns whether anything

@@ -206,6 +206,11 @@ impl Worker {
     pub fn arm(&self) -> UcsResult<()> {
         let w = self.wakeup()?;
         let e = self.enter()?;
+        if w.take_timer()? {
+            // A keepalive round is due: the next progress runs it.
+            e.core.keepalive_now();
+            return Err(Status::Busy);
+        }
         if w.take_signals()? {
             return Err(Status::Busy);
         }

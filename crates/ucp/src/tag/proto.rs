@@ -921,6 +921,11 @@ impl Core {
             self.finish(rid, Status::ConnectionReset);
             return;
         };
+        if let Some(e) = ep.error() {
+            // The sender's endpoint failed after the RTS arrived: no data will come.
+            self.finish(rid, e);
+            return;
+        }
         let (seg, buflen, hint) = match self.reqs.borrow_mut().get_mut(rid) {
             Some(ReqState { kind: ReqKind::Recv(rr), .. }) => {
                 rr.total = rts.size;
@@ -978,7 +983,12 @@ impl Core {
             self.count(|c| &mut c.rndv_put);
         }
         let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
-        self.send_ctrl(&ep, Ctrl::Rtr { ep: rep, sreq, rreq: rid.raw(), addr, len: rts.size as u64, rkey: key });
+        let len = rts.size as u64;
+        if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+            // Kept so a failure of the sender's endpoint fails this receive.
+            zc_mut(&mut rr.zc).rts = Some(rts);
+        }
+        self.send_ctrl(&ep, Ctrl::Rtr { ep: rep, sreq, rreq: rid.raw(), addr, len, rkey: key });
     }
 
     /// Issues the get of a matched rendezvous; false when the lane had no resources.

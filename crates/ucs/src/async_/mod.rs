@@ -23,5 +23,5 @@ pub mod timerq;
 pub use block::BlockState;
 #[cfg(not(loom))]
 pub use context::{AsyncContext, AsyncMode, BlockGuard, HandlerId};
-pub use event_set::{EventFd, EventSet, Events, MAX_WAIT_EVENTS};
+pub use event_set::{EventFd, EventSet, Events, TimerFd, MAX_WAIT_EVENTS};
 pub use timerq::TimerQueue;

@@ -1,0 +1,167 @@
+//! A peer process that dies in the middle of a rendezvous: the receive waiting for its data
+//! completes with an error (found by the keepalive round, also while the survivor sleeps in
+//! `wait`), data that arrived whole before the death is still delivered, and the survivor
+//! keeps working with new peers.
+//!
+//! The peer is this test binary run again (`dying_peer`): it sends a small message and the
+//! rendezvous request of a large one, then exits without serving the rendezvous.
+
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ucp::{
+    Context, ContextParams, Features, RecvData, RecvResult, Request, RequestParam, SendData, Status, Worker,
+    WorkerParams, FULL_MASK,
+};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const PEER_ENV: &str = "UCP_DYING_PEER";
+const TIMEOUT: Duration = Duration::from_secs(30);
+const SMALL: u64 = 1;
+const BIG: u64 = 2;
+const BIG_LEN: usize = 256 * 1024;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
+}
+
+fn worker(scheme: &str, wakeup: bool) -> Worker {
+    uct_shm::register();
+    let f = if wakeup { Features::TAG | Features::WAKEUP } else { Features::TAG };
+    let p = ContextParams::new(f)
+        .with_config("TLS", "posix,cma")
+        .with_config("RNDV_THRESH", "1000")
+        .with_config("RNDV_SCHEME", scheme)
+        .with_config("KEEPALIVE_INTERVAL", "50ms");
+    Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new("survivor")).unwrap()
+}
+
+/// The peer: sends SMALL (waiting for it), starts BIG (its RTS goes out at once), exits.
+/// With mode "ok" it sends SMALL only and closes cleanly.
+#[test]
+fn dying_peer() {
+    let Ok(env) = std::env::var(PEER_ENV) else { return };
+    let (addr, mode) = env.split_once(' ').unwrap();
+    uct_shm::register();
+    let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
+    let w = Worker::new(&ctx, &WorkerParams::new("dying")).unwrap();
+    let ep = w.ep_create(&unhex(addr)).unwrap();
+    ep.tag_send_blocking(b"whole before dying", SMALL).unwrap();
+    if mode == "ok" {
+        ep.close(ucp::CloseMode::Flush).unwrap();
+        return;
+    }
+    let big = vec![7u8; BIG_LEN];
+    // SAFETY: the process exits below without ever touching `big` again; the buffer is never
+    // freed before exit.
+    let r = unsafe { ep.tag_send_nbx(SendData::Contig(&big), BIG, RequestParam::new()) }.unwrap();
+    assert!(r.is_some(), "a rendezvous send cannot complete at once");
+    std::mem::forget(r);
+    // Die without serving the rendezvous (no destructors, no progress).
+    std::process::exit(0);
+}
+
+fn run_peer(w: &Worker, mode: &str) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "dying_peer", "--nocapture", "--test-threads", "1"])
+        .env(PEER_ENV, format!("{} {mode}", hex(w.address())))
+        .env("UCX_TLS", "posix,cma")
+        .env("UCX_RNDV_THRESH", "1000")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Progress while the peer runs (it waits for our wireup reply), then reap it: a zombie
+    // still looks alive.
+    let t = Instant::now();
+    loop {
+        w.progress();
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "peer failed: {st}");
+            return;
+        }
+        assert!(t.elapsed() < TIMEOUT, "peer did not exit");
+    }
+}
+
+/// Waits for `req`, sleeping in `wait` when `sleep`.
+fn complete(w: &Worker, req: &Request<'_>, sleep: bool) -> Status {
+    let t = Instant::now();
+    while !req.is_completed() {
+        if w.progress() == 0 && sleep {
+            w.wait_timeout(Some(TIMEOUT)).unwrap();
+        }
+        assert!(t.elapsed() < TIMEOUT, "the receive from the dead peer never completed");
+    }
+    req.status()
+}
+
+fn big_recv_fails(scheme: &str, posted_first: bool, sleep: bool) {
+    let what = format!("{scheme}, posted {}, sleeping {sleep}", if posted_first { "first" } else { "after" });
+    let w = worker(scheme, sleep);
+    let mut small = [0u8; 64];
+    let mut big = vec![0u8; BIG_LEN];
+    // SAFETY: both buffers outlive their requests, waited for below.
+    let rs = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut small), SMALL, FULL_MASK, RequestParam::new()) }.unwrap();
+    let post_big = |big: &mut Vec<u8>| {
+        // SAFETY: as above.
+        match unsafe { w.tag_recv_nbx(RecvData::Contig(big), BIG, FULL_MASK, RequestParam::new()) }.unwrap() {
+            RecvResult::Pending(r) => r,
+            RecvResult::Done(i) => panic!("{what}: a rendezvous receive completed at once: {i:?}"),
+        }
+    };
+    let rb = if posted_first {
+        let r = post_big(&mut big);
+        run_peer(&w, "die");
+        r
+    } else {
+        run_peer(&w, "die");
+        post_big(&mut big)
+    };
+    let status = complete(&w, &rb, sleep);
+    assert!(status.is_err(), "{what}: receive from a dead peer completed with {status}");
+    eprintln!("{what}: {status}");
+    drop(rb);
+    // What arrived whole before the death is delivered.
+    let info = match rs {
+        RecvResult::Done(i) => i,
+        RecvResult::Pending(r) => r.wait().unwrap(),
+    };
+    assert_eq!(&small[..info.length], b"whole before dying");
+
+    // The survivor goes on with a new peer.
+    let mut again = [0u8; 64];
+    // SAFETY: `again` outlives the request, waited for below.
+    let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut again), SMALL, FULL_MASK, RequestParam::new()) }.unwrap();
+    run_peer(&w, "ok");
+    let info = match r {
+        RecvResult::Done(i) => i,
+        RecvResult::Pending(r) => r.wait().unwrap(),
+    };
+    assert_eq!(&again[..info.length], b"whole before dying");
+}
+
+#[test]
+fn rendezvous_receive_fails_when_the_sender_dies() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for scheme in ["put_zcopy", "am"] {
+        for posted_first in [true, false] {
+            big_recv_fails(scheme, posted_first, false);
+        }
+    }
+    // With get_zcopy a receive posted first may read the data before the peer exits, which is
+    // a success; matched after the death, the read itself fails.
+    big_recv_fails("get_zcopy", false, false);
+}
+
+#[test]
+fn a_sleeping_survivor_is_woken_by_keepalive() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    big_recv_fails("put_zcopy", true, true);
+    big_recv_fails("am", false, true);
+}
