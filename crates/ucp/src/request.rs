@@ -177,7 +177,7 @@ impl Buf {
         self.pieces(offset, dst.len(), |p, at, n| {
             // SAFETY: the caller guarantees the segment is readable; `pieces` keeps `n` bytes
             // within it, and `at + n <= dst.len()`.
-            unsafe { std::ptr::copy_nonoverlapping(p, d.add(at), n) }
+            unsafe { ucs::memory::copy(p, d.add(at), n) }
         });
     }
 
@@ -189,7 +189,7 @@ impl Buf {
     pub unsafe fn copy_in(&self, offset: usize, src: &[u8]) {
         self.pieces(offset, src.len(), |p, at, n| {
             // SAFETY: as in `copy_out`, with the roles swapped.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), p, n) }
+            unsafe { ucs::memory::copy(src.as_ptr().add(at), p, n) }
         });
     }
 }

@@ -15,6 +15,7 @@
 //! | [`async_`] | epoll event set, timer queue, and the async context that runs their handlers |
 //! | [`config`] | declarative `UCX_*` environment configuration with UCX's value syntax |
 //! | [`log`] | `UCX_LOG_LEVEL` names and their `tracing` levels |
+//! | [`memory`] | byte copies tuned for small messages |
 //! | [`time`] | fast monotonic clock |
 //! | [`sync`] | atomics/locks facade that loom replaces in model-checking builds |
 //!
@@ -29,6 +30,7 @@ pub mod config;
 pub mod fraglist;
 pub mod idtable;
 pub mod log;
+pub mod memory;
 pub mod mpool;
 pub mod queue;
 pub mod status;

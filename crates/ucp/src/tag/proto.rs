@@ -69,16 +69,39 @@ impl Core {
         }
         let len = buf.len();
         let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
-        if imm && !sync && len < ep.cfg.rndv_thresh && ep.ready() {
+        if imm && !sync && len < ep.cfg.rndv_thresh {
+            if !ep.ready() && ep.status.get() == crate::ep::EpStatus::Connected {
+                // Earlier sends wait for room: send them first if there is room now, so this
+                // one need not queue behind them.
+                self.replay(&ep);
+            }
+            if !ep.ready() {
+                return self.tag_send_queued(ep, ep_id, buf, tag, sync, param).map(Some);
+            }
             match self.eager_now(&ep, &buf, tag) {
                 None | Some(Ok(Outcome::NoResource)) => {}
                 Some(Ok(_)) => return Ok(None),
                 Some(Err(e)) => return Err(e),
             }
         }
+        self.tag_send_queued(ep, ep_id, buf, tag, sync, param).map(Some)
+    }
+
+    /// The request path of a send: starts it now if the endpoint is ready, else queues it.
+    #[inline(never)]
+    fn tag_send_queued(
+        &self,
+        ep: Rc<Ep>,
+        ep_id: Id,
+        buf: Buf,
+        tag: Tag,
+        sync: bool,
+        param: RequestParam,
+    ) -> UcsResult<Id> {
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
         }
+        let len = buf.len();
         let req =
             SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, zc: None, hint: param.memh.map(|m| m.id) };
         let rid = self.req_with(ReqKind::Send(req), param);
@@ -92,7 +115,7 @@ impl Core {
         } else {
             self.queue(&ep, Pending::Send(rid));
         }
-        Ok(Some(rid))
+        Ok(rid)
     }
 
     /// The immediate eager path: short, or one bcopy fragment; `None` when the message needs
