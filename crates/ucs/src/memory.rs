@@ -11,7 +11,7 @@
 /// overlap (as for [`std::ptr::copy_nonoverlapping`]).
 #[inline(always)]
 pub unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
-    // SAFETY (every block below): each access lies within the first `n` bytes of its range
+    // SAFETY: each access lies within the first `n` bytes of its range
     // (offsets `0` and `n - w` for a width `w <= n`); unaligned accesses are used throughout.
     unsafe {
         if n > 16 {
