@@ -428,16 +428,22 @@ impl Worker {
         }
     }
 
-    fn register_waker(&self, id: Id, w: &std::task::Waker) {
-        if let Ok(e) = self.enter() {
-            if let Some(r) = e.core.reqs.borrow_mut().get_mut(id) {
-                let x = r.ext_mut();
-                match &x.waker {
-                    Some(old) if old.will_wake(w) => {}
-                    _ => x.waker = Some(w.clone()),
-                }
-            }
+    /// Registers `w` to be woken when request `id` completes, if it is still in progress;
+    /// returns the status seen under the same entry (so a completion on another thread between
+    /// a status check and the registration is not missed).
+    fn register_waker(&self, id: Id, w: &std::task::Waker) -> Status {
+        let Ok(e) = self.enter() else { return Status::InvalidParam };
+        let mut reqs = e.core.reqs.borrow_mut();
+        let Some(r) = reqs.get_mut(id) else { return Status::NoElem };
+        if r.status != Status::InProgress {
+            return r.status;
         }
+        let x = r.ext_mut();
+        match &x.waker {
+            Some(old) if old.will_wake(w) => {}
+            _ => x.waker = Some(w.clone()),
+        }
+        Status::InProgress
     }
 
     /// Counts of the worker's tables, for tests and diagnostics: (endpoints, requests,
@@ -702,8 +708,7 @@ impl<B: 'static> Future for RecvFuture<B> {
                 } else {
                     status
                 };
-                if status == Status::InProgress {
-                    self.worker.register_waker(id, cx.waker());
+                if status == Status::InProgress && self.worker.register_waker(id, cx.waker()) == Status::InProgress {
                     self.state = FutState::Pending(id);
                     if !self.worker.driven() {
                         cx.waker().wake_by_ref();

@@ -318,3 +318,43 @@ fn futures_driven_by_a_task_on_the_descriptor() {
     ep.close(ucp::CloseMode::Flush).unwrap();
     peer.finish();
 }
+
+#[test]
+fn futures_driven_by_another_thread() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    uct_shm::register();
+    let p = ContextParams::new(Features::TAG | Features::WAKEUP)
+        .with_config("TLS", "self")
+        .with_config("RNDV_THRESH", "1000")
+        .with_config("RNDV_SCHEME", "am");
+    let w = Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new("multi").thread_mode(ucp::ThreadMode::Multi))
+        .unwrap();
+    let ep = w.ep_create(w.address()).unwrap();
+    let driver = w.progress_driver();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = {
+        let (w, stop) = (w.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                while w.progress() > 0 {}
+                // Operations posted by the other thread do not signal: wake now and then.
+                w.wait_timeout(Some(Duration::from_millis(1))).unwrap();
+            }
+        })
+    };
+    let t0 = Instant::now();
+    for (i, n) in [8usize, 100_000, 3000, 250_000].into_iter().cycle().take(40).enumerate() {
+        let data = pattern(n, i as u64);
+        let recv = w.tag_recv(vec![0u8; n], i as u64, FULL_MASK);
+        let send = ep.tag_send(data.clone(), i as u64);
+        let ((back, r), (_, s)) = ucp::block_on(async { (recv.await, send.await) });
+        s.unwrap();
+        assert_eq!(r.unwrap().length, n);
+        assert!(back == data, "round {i}: {n} bytes differ");
+        assert!(t0.elapsed() < TIMEOUT, "stalled");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    t.join().unwrap();
+    drop(driver);
+    ep.close(ucp::CloseMode::Flush).unwrap();
+}
