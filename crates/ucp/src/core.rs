@@ -122,8 +122,9 @@ pub(crate) struct Core {
     /// How many messages each protocol carried (see [`crate::ProtoCounts`]).
     pub counts: Cell<crate::ProtoCounts>,
     pub mems: RefCell<IdTable<MemMap>>,
-    /// Keepalive interval (ns, 0: off) and endpoints per round.
-    pub keepalive_cfg: (u64, usize),
+    /// Keepalive interval in ns (0: off) and endpoints per round.
+    pub keepalive_ns: u64,
+    pub keepalive_eps: usize,
     pub keepalive_due: Cell<u64>,
     pub keepalive_cursor: Cell<usize>,
 }
@@ -161,6 +162,7 @@ impl Core {
     /// Opens an interface on every resource of `ctx` and builds the address.
     pub fn new(ctx: &Context, name: &str) -> UcsResult<Rc<Core>> {
         let mut result = Ok(());
+        let keepalive_ns = ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64;
         let core = Rc::new_cyclic(|weak: &Weak<Core>| {
             let uct = uct::Worker::default();
             let mut ifaces = Vec::new();
@@ -236,14 +238,9 @@ impl Core {
                 next_msg_id: Cell::new(address.uuid.rotate_left(17)),
                 counts: Cell::new(crate::ProtoCounts::default()),
                 mems: RefCell::new(IdTable::new()),
-                keepalive_cfg: (
-                    ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64,
-                    ctx.config().keepalive_num_eps,
-                ),
-                keepalive_due: Cell::new(
-                    ucs::time::now()
-                        .saturating_add(ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64),
-                ),
+                keepalive_ns,
+                keepalive_eps: ctx.config().keepalive_num_eps,
+                keepalive_due: Cell::new(ucs::time::now().saturating_add(keepalive_ns)),
                 keepalive_cursor: Cell::new(0),
                 address,
             }
@@ -486,6 +483,17 @@ impl Core {
         n
     }
 
+    /// Whether a new operation may go out on `ep` now: a connected endpoint with queued
+    /// operations replays them first, so the new one need not queue behind operations that
+    /// fit by now.
+    #[inline]
+    pub fn ready_after_replay(&self, ep: &Rc<Ep>) -> bool {
+        if !ep.ready() && ep.status.get() == EpStatus::Connected {
+            self.replay(ep);
+        }
+        ep.ready()
+    }
+
     /// Sends what an endpoint has queued, in order; stops at the first "no resources".
     pub fn replay(&self, ep: &Rc<Ep>) -> usize {
         let mut n = 0;
@@ -635,15 +643,14 @@ impl Core {
     /// its endpoint. Called from the infrequent branch of progress.
     #[cold]
     fn keepalive(&self) {
-        let (interval, num) = self.keepalive_cfg;
-        if interval == 0 {
+        if self.keepalive_ns == 0 {
             return;
         }
         let now = ucs::time::now();
         if now < self.keepalive_due.get() {
             return;
         }
-        self.keepalive_due.set(now.saturating_add(interval));
+        self.keepalive_due.set(now.saturating_add(self.keepalive_ns));
         let ids: Vec<Id> = self
             .eps
             .borrow()
@@ -655,7 +662,7 @@ impl Core {
             return;
         }
         let start = self.keepalive_cursor.get() % ids.len();
-        let count = num.min(ids.len());
+        let count = self.keepalive_eps.min(ids.len());
         self.keepalive_cursor.set(start + count);
         for &id in ids.iter().cycle().skip(start).take(count) {
             let Some(ep) = self.ep(id) else { continue };

@@ -701,16 +701,13 @@ impl<B: 'static> Future for RecvFuture<B> {
         match std::mem::replace(&mut self.state, FutState::Gone) {
             FutState::Ready(Some(b), r) => Poll::Ready((b, r)),
             FutState::Pending(id) => {
-                let (status, _) = self.worker.request_status(id);
-                let status = if status == Status::InProgress && !self.worker.driven() {
+                let driven = self.worker.driven();
+                if !driven && self.worker.request_status(id).0 == Status::InProgress {
                     self.worker.progress();
-                    self.worker.request_status(id).0
-                } else {
-                    status
-                };
-                if status == Status::InProgress && self.worker.register_waker(id, cx.waker()) == Status::InProgress {
+                }
+                if self.worker.register_waker(id, cx.waker()) == Status::InProgress {
                     self.state = FutState::Pending(id);
-                    if !self.worker.driven() {
+                    if !driven {
                         cx.waker().wake_by_ref();
                     }
                     return Poll::Pending;

@@ -6,10 +6,13 @@
 //! The peer is this test binary run again (`dying_peer`): it sends a small message and the
 //! rendezvous request of a large one, then exits without serving the rendezvous.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::{hex, unhex};
 use ucp::{
     Context, ContextParams, Features, RecvData, RecvResult, Request, RequestParam, SendData, Status, Worker,
     WorkerParams, FULL_MASK,
@@ -22,14 +25,6 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const SMALL: u64 = 1;
 const BIG: u64 = 2;
 const BIG_LEN: usize = 256 * 1024;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
-}
 
 fn worker(scheme: &str, wakeup: bool) -> Worker {
     uct_shm::register();

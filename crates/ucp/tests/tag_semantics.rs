@@ -6,12 +6,15 @@
 //!
 //! The remote senders are this test binary run again (`tag_peer`), driven over stdin/stdout.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::{hex, pattern, unhex};
 use ucp::{
     Context, ContextParams, Endpoint, Features, RecvData, RecvInfo, RecvResult, Request, RequestParam, SendData,
     Status, Worker, WorkerParams, FULL_MASK,
@@ -23,10 +26,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const PEER_ENV: &str = "UCP_TAG_PEER_ADDR";
 const TIMEOUT: Duration = Duration::from_secs(30);
 const BIG: usize = 200_000;
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    (0..n).map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed * 7 + 1) as u8).collect()
-}
 
 fn context(tls: &str, cfg: &[(&str, &str)]) -> Context {
     uct_shm::register();
@@ -104,7 +103,7 @@ struct RemoteSender {
 
 impl RemoteSender {
     fn spawn(w: &Worker, cfg: &[(&str, &str)]) -> Self {
-        let hex: String = w.address().iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex(w.address());
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "tag_peer", "--nocapture", "--test-threads", "1"])
             .env(PEER_ENV, hex)
@@ -177,7 +176,7 @@ impl Drop for RemoteSender {
 #[test]
 fn tag_peer() {
     let Ok(hex) = std::env::var(PEER_ENV) else { return };
-    let addr: Vec<u8> = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()).collect();
+    let addr = unhex(&hex);
     uct_shm::register();
     let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
     let w = Worker::new(&ctx, &WorkerParams::new("peer")).unwrap();

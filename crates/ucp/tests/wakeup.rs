@@ -6,11 +6,14 @@
 //! The peer is this test binary run again (`wakeup_peer`): it echoes every message back and
 //! sleeps in `Worker::wait` whenever it has nothing to do.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::{hex, pattern, unhex};
 use ucp::{
     Context, ContextParams, Endpoint, Features, RecvData, RecvResult, RequestParam, SendData, Status, Worker,
     WorkerParams, FULL_MASK,
@@ -26,21 +29,9 @@ const PONG: u64 = 2;
 /// Sizes that take eager short, eager bcopy, multi-fragment eager and rendezvous.
 const SIZES: [usize; 5] = [8, 3000, 20_000, 300_000, 1 << 20];
 
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    (0..n).map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed * 7 + 1) as u8).collect()
-}
-
 fn context(tls: &str, features: Features) -> Context {
     uct_shm::register();
     Context::new(&ContextParams::new(features).with_config("TLS", tls)).unwrap()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
 }
 
 /// Progresses until `done`, sleeping in `wait` whenever progress finds nothing; returns how

@@ -69,15 +69,7 @@ impl Core {
         }
         let len = buf.len();
         let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
-        if imm && !sync && len < ep.cfg.rndv_thresh {
-            if !ep.ready() && ep.status.get() == crate::ep::EpStatus::Connected {
-                // Earlier sends wait for room: send them first if there is room now, so this
-                // one need not queue behind them.
-                self.replay(&ep);
-            }
-            if !ep.ready() {
-                return self.tag_send_queued(ep, ep_id, buf, tag, sync, param).map(Some);
-            }
+        if imm && !sync && len < ep.cfg.rndv_thresh && self.ready_after_replay(&ep) {
             match self.eager_now(&ep, &buf, tag) {
                 None | Some(Ok(Outcome::NoResource)) => {}
                 Some(Ok(_)) => return Ok(None),

@@ -278,6 +278,24 @@ impl AsRawFd for EventSet {
     }
 }
 
+/// Reads and resets the 8-byte counter of a non-blocking eventfd or timerfd; 0 when it is
+/// not readable.
+fn read_counter(fd: &OwnedFd) -> UcsResult<u64> {
+    let mut v: u64 = 0;
+    loop {
+        // SAFETY: reads 8 bytes into a live, writable u64, as eventfd and timerfd require.
+        let r = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), std::mem::size_of::<u64>()) };
+        match cvt(r) {
+            Ok(_) => return Ok(v),
+            Err(_) => match last_errno() {
+                libc::EINTR => continue,
+                libc::EAGAIN => return Ok(0),
+                e => return Err(Status::from_errno(e)),
+            },
+        }
+    }
+}
+
 /// A non-blocking, close-on-exec eventfd used as a cross-thread wakeup.
 #[derive(Debug)]
 pub struct EventFd {
@@ -315,19 +333,7 @@ impl EventFd {
 
     /// Resets the counter; returns the accumulated count (0 if it was not signalled).
     pub fn drain(&self) -> UcsResult<u64> {
-        let mut v: u64 = 0;
-        loop {
-            // SAFETY: reads 8 bytes into a live, writable u64, as eventfd requires.
-            let r = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), std::mem::size_of::<u64>()) };
-            match cvt(r) {
-                Ok(_) => return Ok(v),
-                Err(_) => match last_errno() {
-                    libc::EINTR => continue,
-                    libc::EAGAIN => return Ok(0),
-                    e => return Err(Status::from_errno(e)),
-                },
-            }
-        }
+        read_counter(&self.fd)
     }
 }
 
@@ -374,19 +380,7 @@ impl TimerFd {
 
     /// Returns how many times the timer fired since the last call (0: not yet).
     pub fn drain(&self) -> UcsResult<u64> {
-        let mut v: u64 = 0;
-        loop {
-            // SAFETY: reads 8 bytes into a live, writable u64, as timerfd requires.
-            let r = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), std::mem::size_of::<u64>()) };
-            match cvt(r) {
-                Ok(_) => return Ok(v),
-                Err(_) => match last_errno() {
-                    libc::EINTR => continue,
-                    libc::EAGAIN => return Ok(0),
-                    e => return Err(Status::from_errno(e)),
-                },
-            }
-        }
+        read_counter(&self.fd)
     }
 }
 
