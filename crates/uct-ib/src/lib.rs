@@ -7,6 +7,9 @@
 //! [`unavailable_reason`] says why.
 
 /// Why this build provides no InfiniBand transports.
-pub fn unavailable_reason() -> &'static str {
-    rdma_core_sys::unavailable_reason()
+pub fn unavailable_reason() -> String {
+    match rdma_core_sys::DeviceList::get() {
+        Ok(_) => "uct-ib: the verbs transports are not built yet".into(),
+        Err(why) => why.0,
+    }
 }
