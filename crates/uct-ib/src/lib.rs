@@ -1,15 +1,35 @@
 //! # uct-ib - InfiniBand/RoCE transports
 //!
-//! Will implement the `uct` transport traits over verbs (`rdma-core-sys`): the IB memory domain
-//! with a registration cache, `rc_verbs` (reliable connected QPs) and `ud_verbs` (software
-//! reliability over datagrams), and report tag-matching offload when a device has it.
-//! Nothing is registered with `uct` yet: discovery lists zero InfiniBand devices and
-//! [`unavailable_reason`] says why.
+//! The `uct` transport traits over verbs (`rdma-core-sys`, libibverbs loaded at run time):
+//!
+//! * the `ib` component: one memory domain per device ([`md::IbMd`]): protection domain,
+//!   registration, registered allocations, remote keys;
+//! * device discovery ([`device`]): active ports, link layer, LID, the GID each port is
+//!   addressed by (RoCE v2 IPv4-mapped first, `UCX_IB_GID_INDEX` to force one), MTU and the
+//!   latency/bandwidth model from the link speed;
+//! * `rc_verbs` ([`rc`]): reliable connected QPs, connected endpoint to endpoint;
+//! * the reliability core of `ud_verbs` ([`ud`]).
+//!
+//! Resources are named `tl/dev:port`, e.g. `rc_verbs/rxe0:1`. Without a verbs stack (no
+//! libibverbs, no kernel support, no device) the component lists nothing and
+//! [`unavailable_reason`] says why. Hardware tag matching is not offered (no supported device
+//! here has it); DC is not implemented.
 
-/// Why this build provides no InfiniBand transports.
-pub fn unavailable_reason() -> String {
-    match rdma_core_sys::DeviceList::get() {
-        Ok(_) => "uct-ib: the verbs transports are not built yet".into(),
-        Err(why) => why.0,
-    }
+pub mod device;
+pub mod md;
+mod pool;
+pub mod rc;
+pub mod ud;
+pub mod verbs;
+
+pub use md::{IbComponent, IbMd, IbRegion, COMPONENT};
+
+/// Registers the `ib` component with `uct` (idempotent).
+pub fn register() {
+    uct::register_component(&md::COMPONENT);
+}
+
+/// Why this process has no InfiniBand transports, or `None` when it has devices.
+pub fn unavailable_reason() -> Option<String> {
+    uct::Component::unavailable_reason(&md::COMPONENT)
 }

@@ -1,0 +1,533 @@
+//! The `rc_verbs` interface: completion queues, the shared receive queue and its descriptors,
+//! the endpoint table, pending requests and events.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::rc::{Rc, Weak};
+
+use rdma_core_sys as sys;
+use ucs::arbiter::GroupId;
+use ucs::mpool::{MemPool, PoolBuf};
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{
+    AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler,
+    EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
+    ProgressRegistration, Resources, Worker,
+};
+
+use super::config::RcConfig;
+use super::ep::{EpShared, RcEp};
+use super::{DevAddr, AM_ID_MASK, FC_HARD_REQ, FC_PURE_GRANT, FC_SOFT_REQ};
+use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
+use crate::md::IbMd;
+use crate::pool::{reg_pool, RegChunks};
+use crate::verbs::{CompChannel, Cq, Pd, Qp, Srq};
+
+/// Receive side: one slot per posted receive (the slot index is the work request id).
+struct Rx {
+    slots: Vec<Option<PoolBuf>>,
+    /// Slots whose receive completed and must be posted again.
+    refill: Vec<u32>,
+    wrs: Vec<sys::ibv_recv_wr>,
+    sges: Vec<sys::ibv_sge>,
+}
+
+pub(crate) struct IfaceInner {
+    /// Keeps the device open for as long as endpoints exist.
+    pub _dev: Rc<IbDevice>,
+    pub pd: Rc<Pd>,
+    pub port: Port,
+    pub gid: GidChoice,
+    pub cfg: RcConfig,
+    pub attr: IfaceAttr,
+    pub am: AmTable,
+    pub pending: PendingQueue,
+    pub err_handler: Option<ErrHandler>,
+    pub chan: Rc<CompChannel>,
+    pub send_cq: Rc<Cq>,
+    pub recv_cq: Rc<Cq>,
+    pub srq: Rc<Srq>,
+    pub tx_pool: Rc<MemPool>,
+    pub tx_chunks: Rc<RegChunks>,
+    rx_pool: Rc<MemPool>,
+    rx_chunks: Rc<RegChunks>,
+    rx: RefCell<Rx>,
+    /// Send CQ entries not yet claimed by signaled work requests.
+    pub cq_available: Cell<i64>,
+    /// Endpoints by local QP number, and by pending group.
+    pub eps: RefCell<HashMap<u32, Weak<EpShared>>>,
+    pub groups: RefCell<HashMap<GroupId, Weak<EpShared>>>,
+    /// Endpoints that owe their peer a credit grant.
+    pub grants: RefCell<Vec<Weak<EpShared>>>,
+    /// Completions polled while arming, handled by the next progress.
+    stash_tx: RefCell<Vec<sys::ibv_wc>>,
+    stash_rx: RefCell<Vec<sys::ibv_wc>>,
+    wc: RefCell<Vec<sys::ibv_wc>>,
+    /// Largest inline send, and scatter/gather entries per send, as the provider granted.
+    pub max_inline: usize,
+    pub max_send_sge: usize,
+    pub max_rd_atomic: u32,
+    progress: ProgressRegistration,
+    closing: Cell<bool>,
+}
+
+/// Processes one send completion.
+fn handle_tx(inner: &IfaceInner, wc: &sys::ibv_wc) {
+    let ep = inner.eps.borrow().get(&wc.qp_num).and_then(Weak::upgrade);
+    match ep {
+        Some(ep) => ep.on_send_completion(wc),
+        // A completion of an endpoint destroyed meanwhile: its credits were returned then.
+        None => tracing::trace!(qpn = wc.qp_num, "send completion of a destroyed endpoint"),
+    }
+}
+
+impl IfaceInner {
+    fn ep_by_qpn(&self, qpn: u32) -> Option<Rc<EpShared>> {
+        self.eps.borrow().get(&qpn).and_then(Weak::upgrade)
+    }
+
+    /// Processes one receive completion.
+    fn handle_rx(&self, wc: &sys::ibv_wc) {
+        let idx = wc.wr_id as usize;
+        let mut buf = {
+            let mut rx = self.rx.borrow_mut();
+            rx.refill.push(idx as u32);
+            match rx.slots.get_mut(idx).and_then(Option::take) {
+                Some(b) => Some(b),
+                None => {
+                    tracing::error!(wr_id = wc.wr_id, "rc_verbs: receive completion for an empty slot");
+                    return;
+                }
+            }
+        };
+        if wc.status != sys::IBV_WC_SUCCESS {
+            if wc.status != sys::IBV_WC_WR_FLUSH_ERR {
+                tracing::warn!("rc_verbs: receive completion with error: {}", sys::wc_status_str(wc.status));
+            }
+            self.rx.borrow_mut().slots[idx] = buf;
+            return;
+        }
+        let len = (wc.byte_len as usize).min(self.cfg.seg_size);
+        if len == 0 {
+            tracing::warn!("rc_verbs: dropped an empty message (no header byte)");
+            self.rx.borrow_mut().slots[idx] = buf;
+            return;
+        }
+        let hdr = buf.as_ref().map_or(0, |b| b[0]);
+        if hdr & FC_PURE_GRANT != 0 {
+            if let Some(ep) = self.ep_by_qpn(wc.qp_num) {
+                ep.on_grant();
+            }
+        } else {
+            if hdr & (FC_SOFT_REQ | FC_HARD_REQ) != 0 {
+                if let Some(ep) = self.ep_by_qpn(wc.qp_num) {
+                    ep.owe_grant();
+                }
+            }
+            let _ = self.am.invoke(hdr & AM_ID_MASK, AmRecv::from_desc(&mut buf, 1, len - 1));
+        }
+        // A kept descriptor left `buf` empty; the refill takes a fresh one.
+        self.rx.borrow_mut().slots[idx] = buf;
+    }
+
+    /// Posts receives for every slot that needs one, in batches; returns how many were posted.
+    fn refill(&self) -> usize {
+        let mut rx = self.rx.borrow_mut();
+        let rx = &mut *rx;
+        let mut posted = 0;
+        while !rx.refill.is_empty() {
+            let batch = rx.refill.len().min(self.cfg.rx_max_batch);
+            let mut n = 0;
+            for k in 0..batch {
+                let idx = rx.refill[rx.refill.len() - 1 - k] as usize;
+                if rx.slots[idx].is_none() {
+                    match self.rx_pool.get_buf() {
+                        Some(b) => rx.slots[idx] = Some(b),
+                        None => break,
+                    }
+                }
+                let ptr = rx.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
+                let Some(lkey) = self.rx_chunks.lkey(ptr) else { break };
+                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.cfg.seg_size as u32, lkey };
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            for k in 0..n {
+                let idx = rx.refill[rx.refill.len() - 1 - k];
+                let next = if k + 1 < n { &mut rx.wrs[k + 1] as *mut sys::ibv_recv_wr } else { std::ptr::null_mut() };
+                let sge = &mut rx.sges[k] as *mut sys::ibv_sge;
+                rx.wrs[k] = sys::ibv_recv_wr { wr_id: idx as u64, next, sg_list: sge, num_sge: 1 };
+            }
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: the SRQ is live; the chain of n WRs and their SGEs lives in `rx` for the
+            // call; every buffer is a registered pool slot kept in `rx.slots` until its
+            // completion.
+            let r = unsafe { sys::ibv_post_srq_recv(self.srq.as_ptr(), rx.wrs.as_mut_ptr(), &mut bad) };
+            if r != 0 {
+                tracing::error!("ibv_post_srq_recv failed: {}", std::io::Error::from_raw_os_error(r));
+                break;
+            }
+            let keep = rx.refill.len() - n;
+            rx.refill.truncate(keep);
+            posted += n;
+        }
+        posted
+    }
+
+    /// Sends the credit grants owed; keeps those that found no resources.
+    fn send_grants(&self) {
+        let owed = std::mem::take(&mut *self.grants.borrow_mut());
+        let mut left = Vec::new();
+        for w in owed {
+            if let Some(ep) = w.upgrade() {
+                if !ep.send_grant() {
+                    left.push(w);
+                }
+            }
+        }
+        self.grants.borrow_mut().extend(left);
+    }
+
+    fn dispatch_pending(&self) -> usize {
+        if self.pending.is_empty() {
+            return 0;
+        }
+        self.pending.dispatch(|g| {
+            if self.cq_available.get() <= 0 {
+                return Resources::IfaceExhausted;
+            }
+            match self.groups.borrow().get(&g).and_then(Weak::upgrade) {
+                Some(ep) if ep.has_send_resources() => Resources::Available,
+                Some(ep) if ep.is_failed() => Resources::Available,
+                _ => Resources::EpExhausted,
+            }
+        })
+    }
+
+    pub(crate) fn progress(&self) -> usize {
+        let mut n = 0;
+        let stash: Vec<sys::ibv_wc> = std::mem::take(&mut *self.stash_tx.borrow_mut());
+        for wc in &stash {
+            handle_tx(self, wc);
+        }
+        n += stash.len();
+        let stash: Vec<sys::ibv_wc> = std::mem::take(&mut *self.stash_rx.borrow_mut());
+        for wc in &stash {
+            self.handle_rx(wc);
+        }
+        n += stash.len();
+
+        let mut wc = self.wc.borrow_mut();
+        let got = self.send_cq.poll(&mut wc[..self.cfg.tx_max_poll]);
+        for w in &wc[..got] {
+            handle_tx(self, w);
+        }
+        n += got;
+        let got = self.recv_cq.poll(&mut wc[..self.cfg.rx_max_poll]);
+        let batch: Vec<sys::ibv_wc> = wc[..got].to_vec();
+        drop(wc);
+        for w in &batch {
+            self.handle_rx(w);
+        }
+        n += got;
+        if !self.rx.borrow().refill.is_empty() {
+            self.refill();
+        }
+        if !self.grants.borrow().is_empty() {
+            self.send_grants();
+        }
+        n + self.dispatch_pending()
+    }
+
+    /// Reports an endpoint failure to the user's handler.
+    pub(crate) fn report_failure(&self, user_data: u64, status: Status) {
+        if let Some(h) = &self.err_handler {
+            h(user_data, status);
+        }
+    }
+}
+
+/// An `rc_verbs` interface on one port.
+pub struct RcIface {
+    inner: Rc<IfaceInner>,
+}
+
+impl RcIface {
+    /// Opens the interface on `port` of the memory domain's device.
+    pub fn open(md: &IbMd, port: u8, worker: &Worker, params: &IfaceParams) -> UcsResult<RcIface> {
+        let cfg = RcConfig::read(None, &params.config)?;
+        let dev = md.dev.clone();
+        let port = dev.port(port).ok_or(Status::NoDevice)?.clone();
+        let gid = dev.select_gid(&port, cfg.gid_index)?;
+        let ctx = &dev.ctx;
+        let chan = CompChannel::create(ctx)?;
+        let send_cq = Cq::create(ctx, cfg.tx_cq_len as usize, Some(&chan))?;
+        let recv_cq = Cq::create(ctx, cfg.rx_queue_len as usize, Some(&chan))?;
+        let srq = Srq::create(&md.pd, cfg.rx_queue_len)?;
+
+        // A probe QP tells what the provider grants for inline data and gather entries.
+        let want = sys::ibv_qp_cap {
+            max_send_wr: cfg.tx_queue_len,
+            max_recv_wr: 0,
+            max_send_sge: 4.min(dev.attr.orig_attr.max_sge as u32).max(1),
+            max_recv_sge: 1,
+            max_inline_data: cfg.tx_min_inline,
+        };
+        let probe = Qp::create(&md.pd, sys::IBV_QPT_RC, &send_cq, &recv_cq, Some(&srq), want)?;
+        let max_inline = probe.cap.max_inline_data as usize;
+        let max_send_sge = probe.cap.max_send_sge as usize;
+        drop(probe);
+        if max_inline < 1 + 8 {
+            tracing::error!("{}: inline sends of {max_inline} bytes cannot carry an active message", dev.name);
+            return Err(Status::Unsupported);
+        }
+        let dev_max_rd = (dev.attr.orig_attr.max_qp_rd_atom as u32).max(1);
+        let max_rd_atomic = cfg.max_rd_atomic.map_or(dev_max_rd, |v| v.min(dev_max_rd)).min(16);
+
+        let (tx_pool, tx_chunks) = reg_pool(&md.pd, cfg.seg_size, 256, usize::MAX, "rc_verbs_tx")?;
+        let (rx_pool, rx_chunks) = reg_pool(&md.pd, cfg.seg_size, 1024, cfg.rx_queue_len as usize * 2, "rc_verbs_rx")?;
+
+        let mtu = port.mtu;
+        let atomics = dev.has_atomics();
+        let mut flags = IfaceFlags::AM_SHORT
+            | IfaceFlags::AM_BCOPY
+            | IfaceFlags::AM_ZCOPY
+            | IfaceFlags::PUT_SHORT
+            | IfaceFlags::PUT_BCOPY
+            | IfaceFlags::PUT_ZCOPY
+            | IfaceFlags::GET_BCOPY
+            | IfaceFlags::GET_ZCOPY
+            | IfaceFlags::PENDING
+            | IfaceFlags::CONNECT_TO_EP
+            | IfaceFlags::CB_SYNC
+            | IfaceFlags::ERRHANDLE_PEER_FAILURE
+            | IfaceFlags::EP_CHECK
+            | IfaceFlags::INTER_NODE;
+        if atomics {
+            flags |= IfaceFlags::ATOMIC_DEVICE;
+        }
+        let zcopy_max = 1usize << 30;
+        let atomic64 = if atomics {
+            AtomicCaps { op_flags: AtomicOps::ADD, fop_flags: AtomicOps::ADD | AtomicOps::CSWAP }
+        } else {
+            AtomicCaps::default()
+        };
+        let attr = IfaceAttr {
+            flags,
+            event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::RECV_SIG | EventFlags::FD,
+            put: OpCaps {
+                max_short: max_inline,
+                max_bcopy: cfg.seg_size,
+                min_zcopy: 0,
+                max_zcopy: zcopy_max,
+                opt_zcopy_align: 512,
+                align_mtu: mtu,
+                max_iov: max_send_sge,
+                max_hdr: 0,
+            },
+            get: OpCaps {
+                max_short: 0,
+                max_bcopy: cfg.seg_size,
+                min_zcopy: 0,
+                max_zcopy: zcopy_max,
+                opt_zcopy_align: 512,
+                align_mtu: mtu,
+                max_iov: max_send_sge,
+                max_hdr: 0,
+            },
+            am: OpCaps {
+                max_short: max_inline - 1,
+                max_bcopy: cfg.seg_size - 1,
+                min_zcopy: 0,
+                max_zcopy: cfg.seg_size - 1,
+                opt_zcopy_align: 512,
+                align_mtu: mtu,
+                max_iov: max_send_sge.saturating_sub(1).max(1),
+                max_hdr: cfg.max_am_hdr.min(cfg.seg_size - 1),
+            },
+            tag: Default::default(),
+            atomic32: AtomicCaps::default(),
+            atomic64,
+            device_addr_len: super::DEV_ADDR_LEN,
+            iface_addr_len: 0,
+            ep_addr_len: super::EP_ADDR_LEN,
+            max_conn_priv: 0,
+            max_num_eps: 256,
+            overhead: 75e-9,
+            bandwidth: BandwidthModel { dedicated: 0.0, shared: port.bandwidth },
+            latency: LinearFunc { c: port.latency, m: 1e-9 },
+            priority: 0,
+        };
+        let rx_len = cfg.rx_queue_len as usize;
+        let batch = cfg.rx_max_batch;
+        let wc_len = cfg.tx_max_poll.max(cfg.rx_max_poll);
+        let inner = Rc::new(IfaceInner {
+            _dev: dev.clone(),
+            pd: md.pd.clone(),
+            port,
+            gid,
+            attr,
+            am: AmTable::new(),
+            pending: PendingQueue::new(),
+            err_handler: params.err_handler.clone(),
+            chan,
+            send_cq,
+            recv_cq,
+            srq,
+            tx_pool,
+            tx_chunks,
+            rx_pool,
+            rx_chunks,
+            rx: RefCell::new(Rx {
+                slots: (0..rx_len).map(|_| None).collect(),
+                refill: (0..rx_len as u32).rev().collect(),
+                // SAFETY: zero is a valid bit pattern for these plain structs.
+                wrs: vec![unsafe { std::mem::zeroed() }; batch],
+                // SAFETY: as above.
+                sges: vec![unsafe { std::mem::zeroed() }; batch],
+            }),
+            cq_available: Cell::new(cfg.tx_cq_len as i64 - 1),
+            eps: RefCell::new(HashMap::new()),
+            groups: RefCell::new(HashMap::new()),
+            grants: RefCell::new(Vec::new()),
+            stash_tx: RefCell::new(Vec::new()),
+            stash_rx: RefCell::new(Vec::new()),
+            // SAFETY: zero is a valid bit pattern for a work completion.
+            wc: RefCell::new(vec![unsafe { std::mem::zeroed() }; wc_len]),
+            max_inline,
+            max_send_sge,
+            max_rd_atomic,
+            progress: ProgressRegistration::new(worker),
+            closing: Cell::new(false),
+            cfg,
+        });
+        let posted = inner.refill();
+        if posted < rx_len {
+            tracing::warn!("rc_verbs: posted {posted} of {rx_len} receives");
+        }
+        Ok(RcIface { inner })
+    }
+
+    fn dev_addr(&self) -> DevAddr {
+        let i = &self.inner;
+        DevAddr {
+            eth: i.port.link_layer == LinkLayer::Ethernet,
+            mtu_enum: i.port.mtu_enum as u8,
+            lid: i.port.lid,
+            gid: i.gid.gid,
+        }
+    }
+}
+
+impl Iface for RcIface {
+    fn attr(&self) -> &IfaceAttr {
+        &self.inner.attr
+    }
+
+    fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    fn progress_enable(&self, _flags: ProgressFlags) {
+        self.inner.progress.enable_for(&self.inner, |i| i.progress());
+    }
+
+    fn progress_disable(&self, _flags: ProgressFlags) {
+        self.inner.progress.disable();
+    }
+
+    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
+        self.inner.am.set(id, handler)
+    }
+
+    fn device_address(&self) -> Vec<u8> {
+        self.dev_addr().pack()
+    }
+
+    fn iface_address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn is_reachable(&self, dev_addr: &[u8], _iface_addr: Option<&[u8]>) -> bool {
+        match DevAddr::unpack(dev_addr) {
+            Some(peer) => peer.eth == (self.inner.port.link_layer == LinkLayer::Ethernet),
+            None => false,
+        }
+    }
+
+    fn ep_create(&self, params: &EpParams<'_>) -> UcsResult<Box<dyn Ep>> {
+        match params.connect {
+            EpConnect::ToEp => Ok(Box::new(RcEp::create(&self.inner, params.user_data)?)),
+            EpConnect::ToIface { .. } => {
+                tracing::debug!("rc_verbs connects to endpoints only");
+                Err(Status::Unsupported)
+            }
+        }
+    }
+
+    fn flush(&self, flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
+        let eps: Vec<Rc<EpShared>> = self.inner.eps.borrow().values().filter_map(Weak::upgrade).collect();
+        let mut busy = 0;
+        let agg = comp.map(|c| {
+            let c = c.clone();
+            Completion::new(1, move |st| c.complete(st))
+        });
+        for ep in eps {
+            match ep.flush(flags, agg.as_ref())? {
+                Outcome::Done(()) => {}
+                Outcome::InProgress => busy += 1,
+                Outcome::NoResource => return Ok(Outcome::NoResource),
+            }
+        }
+        if busy == 0 {
+            return Ok(Outcome::Done(()));
+        }
+        if let Some(a) = &agg {
+            // `busy` flushes hold the aggregate; it fires once all of them completed.
+            a.set_count(busy);
+        }
+        Ok(Outcome::InProgress)
+    }
+
+    fn event_fd(&self) -> UcsResult<RawFd> {
+        Ok(self.inner.chan.fd())
+    }
+
+    fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
+        let i = &self.inner;
+        if i.chan.drain() > 0 || !i.stash_tx.borrow().is_empty() || !i.stash_rx.borrow().is_empty() {
+            return Err(Status::Busy);
+        }
+        if !i.grants.borrow().is_empty() || !i.rx.borrow().refill.is_empty() {
+            return Err(Status::Busy);
+        }
+        if events.contains(EventFlags::SEND_COMP) {
+            i.send_cq.arm(false)?;
+        }
+        if events.intersects(EventFlags::RECV | EventFlags::RECV_SIG) {
+            i.recv_cq.arm(!events.contains(EventFlags::RECV))?;
+        }
+        // Completions that arrived before arming raise no event: collect them now.
+        let mut wc = i.wc.borrow_mut();
+        let n = i.send_cq.poll(&mut wc);
+        i.stash_tx.borrow_mut().extend_from_slice(&wc[..n]);
+        let m = i.recv_cq.poll(&mut wc);
+        i.stash_rx.borrow_mut().extend_from_slice(&wc[..m]);
+        if n + m > 0 {
+            return Err(Status::Busy);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RcIface {
+    fn drop(&mut self) {
+        self.inner.closing.set(true);
+        self.inner.progress.disable();
+        self.inner.am.clear();
+        self.inner.pending.clear();
+    }
+}
