@@ -3,10 +3,10 @@
 //!
 //! ## Send side
 //! Packets are numbered from [`INITIAL_PSN`]; the window is `[acked + 1, psn)` and may hold up
-//! to `cwnd - 1` packets (UCX's convention, so `UCX_UD_MAX_WINDOW` means the same). Every packet
-//! stays in the [`TxWindow`](super::txwin) until an acknowledgement covers it. The sender asks
-//! for an acknowledgement (ACK_REQ) on the packet that fills a quarter of the window, on the
-//! one that fills the window, and when a probe is owed.
+//! to `cwnd - 1` packets (UCX's convention, so `UCX_UD_MAX_WINDOW` means the same). Every
+//! packet stays in the send window (a ring of reused buffers) until an acknowledgement covers
+//! it. The sender asks for an acknowledgement (ACK_REQ) on the packet that fills a quarter of
+//! the window, on the one that fills the window, and when a probe is owed.
 //!
 //! Loss is detected two ways: a NAK from the receiver (it saw a gap), or the resend timer
 //! (`UCX_UD_TIMER_TICK`, multiplied by `UCX_UD_TIMER_BACKOFF` at each expiry up to a third of

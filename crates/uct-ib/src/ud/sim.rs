@@ -511,6 +511,37 @@ mod tests {
     }
 
     #[test]
+    fn connecting_to_a_dead_interface_times_out() {
+        let cfg = RelConfig::default();
+        let mut sim = Sim::new(2, &cfg, LossConfig::default());
+        sim.up[1] = false;
+        let a = sim.ifaces[0].connect_to_iface(0, addr(1), 0).unwrap();
+        sim.run_until(&mut [], 2 * cfg.peer_timeout, |s| !s.failures().is_empty());
+        assert_eq!(sim.failures(), [(0, cfg.peer_timeout, a, Status::EndpointTimeout)]);
+        let ep = sim.ifaces[0].ep(a).unwrap();
+        // One CREQ, then resends with backoff: 10 ms doubling to the 1 s ceiling, then 1/s.
+        assert!((30..=40).contains(&ep.stats().resent), "{} CREQ resends", ep.stats().resent);
+        assert_eq!(ep.dest_ep_id(), None);
+    }
+
+    #[test]
+    fn flush_gets_acknowledged_without_waiting_for_the_timer() {
+        let mut sim = Sim::new(2, &RelConfig::default(), LossConfig::default());
+        let (a, _) = connect_both(&mut sim);
+        let mut warm = [Stream::new(0, a, 2_000)];
+        sim.run_streams(&mut warm, 10 * SEC);
+        // A few messages into a wide-open window ask for no acknowledgement on their own.
+        let mut tail = [Stream { next: 2_000, ..Stream::new(0, a, 2_003) }];
+        sim.transmit(&mut tail);
+        assert!(!sim.ifaces[0].ep(a).unwrap().is_idle());
+        let start = sim.now;
+        sim.ifaces[0].request_ack(start, a);
+        sim.run_streams(&mut tail, 10 * SEC);
+        assert!(sim.now - start < 100 * US, "acknowledged after {} us", (sim.now - start) / US);
+        assert_eq!(sim.ifaces[0].ep(a).unwrap().stats().probes, 0, "no timer fired");
+    }
+
+    #[test]
     fn idle_endpoints_never_time_out() {
         let mut sim = Sim::new(2, &RelConfig::default(), LossConfig::default());
         let (a, b) = connect_both(&mut sim);
