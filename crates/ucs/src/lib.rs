@@ -16,6 +16,8 @@
 //! | [`config`] | declarative `UCX_*` environment configuration with UCX's value syntax |
 //! | [`log`] | `UCX_LOG_LEVEL` names and their `tracing` levels |
 //! | [`memory`] | byte copies tuned for small messages |
+//! | [`rcache`] | memory registration cache: merge, LRU limits, invalidation on unmap |
+//! | [`memhooks`] | process-wide unmap events from patched libc functions (UCX's UCM) |
 //! | [`time`] | fast monotonic clock |
 //! | [`sync`] | atomics/locks facade that loom replaces in model-checking builds |
 //!
@@ -30,9 +32,11 @@ pub mod config;
 pub mod fraglist;
 pub mod idtable;
 pub mod log;
+pub mod memhooks;
 pub mod memory;
 pub mod mpool;
 pub mod queue;
+pub mod rcache;
 pub mod status;
 pub mod sync;
 pub mod time;
