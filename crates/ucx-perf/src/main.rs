@@ -221,6 +221,7 @@ fn run(p: PerfParams) -> Result<(), String> {
 fn main() -> ExitCode {
     ucs::log::init();
     uct_shm::register();
+    uct_ib::register();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let p = match opts::parse(&args) {
         Ok(Parsed::Help(text)) => {

@@ -216,9 +216,20 @@ impl Ctx {
                 )
                 .map_err(|e| format!("cannot set the AM handler: {e}"))?;
         }
+        // To-ep transports (rc_verbs): create the endpoint first and send its address along.
+        let to_ep = iface.attr().flags.contains(uct::IfaceFlags::CONNECT_TO_EP)
+            && !iface.attr().flags.contains(uct::IfaceFlags::CONNECT_TO_IFACE);
+        let early_ep = if to_ep {
+            Some(iface.ep_create(&EpParams::to_ep()).map_err(|e| format!("cannot create an endpoint: {e}"))?)
+        } else {
+            None
+        };
         let mut mine = Vec::new();
         push_blob(&mut mine, &iface.device_address());
-        push_blob(&mut mine, &iface.iface_address());
+        match &early_ep {
+            Some(ep) => push_blob(&mut mine, &ep.address().map_err(|e| format!("endpoint address: {e}"))?),
+            None => push_blob(&mut mine, &iface.iface_address()),
+        }
         let rkey_bytes = match &recv.memh {
             Some(m) => md.mkey_pack(m).unwrap_or_default(),
             None => Vec::new(),
@@ -230,9 +241,16 @@ impl Ctx {
         let (dev, addr, rk, raddr) = (take_blob(&mut t)?, take_blob(&mut t)?, take_blob(&mut t)?, take_blob(&mut t)?);
         let remote_addr = u64::from_le_bytes(raddr.try_into().map_err(|_| "malformed remote address".to_string())?);
         let rkey = if rk.is_empty() { None } else { md.component().rkey_unpack(rk).ok() };
-        let ep = iface
-            .ep_create(&EpParams::to_iface(dev, addr))
-            .map_err(|e| format!("cannot connect to the peer over {}: {e}", spec.resource))?;
+        let ep = match early_ep {
+            Some(ep) => {
+                ep.connect_to_ep(dev, addr)
+                    .map_err(|e| format!("cannot connect to the peer over {}: {e}", spec.resource))?;
+                ep
+            }
+            None => iface
+                .ep_create(&EpParams::to_iface(dev, addr))
+                .map_err(|e| format!("cannot connect to the peer over {}: {e}", spec.resource))?,
+        };
         Ok(Ctx {
             spec: spec.clone(),
             worker,
