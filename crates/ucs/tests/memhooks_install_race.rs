@@ -1,6 +1,8 @@
-//! Installing the hooks while other threads keep calling the hooked functions: patching
-//! must not crash them (the patched instruction is replaced whole, behind a short spin), and
-//! their calls are reported once the hooks are in.
+//! Installing the hooks while other threads keep calling the hooked functions, and another
+//! keeps forking children that call them: patching must not crash the threads (the patched
+//! instruction is replaced whole, behind a short spin) nor leave a child with a half-patched
+//! libc (fork waits for a patch in progress), and their calls are reported once the hooks
+//! are in.
 //!
 //! A separate binary: the hooks must not be installed before the test starts.
 
@@ -38,6 +40,33 @@ fn churn() {
     }
 }
 
+/// Forks a child that calls the hooked functions once; true when it exits cleanly.
+fn fork_and_churn() -> bool {
+    // SAFETY: the child only makes system calls through libc (async-signal-safe) and leaves
+    // with `_exit`.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            let p = libc::mmap(
+                ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            let ok =
+                p != libc::MAP_FAILED && libc::madvise(p, PAGE, libc::MADV_DONTNEED) == 0 && libc::munmap(p, PAGE) == 0;
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+        let mut status = 0;
+        pid > 0
+            && libc::waitpid(pid, &mut status, 0) == pid
+            && libc::WIFEXITED(status)
+            && libc::WEXITSTATUS(status) == 0
+    }
+}
+
 #[test]
 fn install_while_other_threads_call_the_hooked_functions() {
     assert_eq!(memhooks::status().state, HooksState::NotInstalled);
@@ -54,6 +83,17 @@ fn install_while_other_threads_call_the_hooked_functions() {
             })
         })
         .collect();
+    let forker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut children = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                assert!(fork_and_churn(), "a child failed");
+                children += 1;
+            }
+            children
+        })
+    };
     let wait_rounds = |n: u64| {
         let target = rounds.load(Ordering::Relaxed) + n;
         while rounds.load(Ordering::Relaxed) < target {
@@ -69,6 +109,7 @@ fn install_while_other_threads_call_the_hooked_functions() {
     for t in threads {
         t.join().expect("a churning thread failed");
     }
+    assert!(forker.join().expect("a child failed") > 0);
     assert!(memhooks::generation() > before + 2000 * 3, "each round reports munmap, madvise, mremap, mmap(FIXED)");
     let mut seen = 0;
     cursor.poll(|_| seen += 1);

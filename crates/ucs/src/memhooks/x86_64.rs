@@ -20,6 +20,7 @@
 //!   instead of decoding a half-written instruction.
 
 use std::arch::global_asm;
+use std::cell::UnsafeCell;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
@@ -244,6 +245,26 @@ pub(super) fn unmapped_by(nr: u32, a: [usize; 5], brk: impl FnOnce() -> usize) -
         }
         _ => [None, None],
     }
+}
+
+/// Held while libc code is being patched, and by `fork` (through `pthread_atfork`): a child
+/// forked mid-patch would otherwise inherit a site left as `jmp $`, with no thread to finish
+/// it.
+struct ForkLock(UnsafeCell<libc::pthread_mutex_t>);
+
+// SAFETY: the mutex is only used through pthread calls, which synchronise.
+unsafe impl Sync for ForkLock {}
+
+static FORK_LOCK: ForkLock = ForkLock(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
+
+extern "C" fn fork_lock() {
+    // SAFETY: a statically initialised mutex that is never destroyed.
+    unsafe { libc::pthread_mutex_lock(FORK_LOCK.0.get()) };
+}
+
+extern "C" fn fork_unlock() {
+    // SAFETY: as above; called by the thread that locked it (in the child: the same thread).
+    unsafe { libc::pthread_mutex_unlock(FORK_LOCK.0.get()) };
 }
 
 /// A function found in libc, with its checked site.
@@ -479,6 +500,10 @@ pub(super) fn install() -> HooksStatus {
                 }
                 // SAFETY: the stub page is ours; from now on it is only executed and read.
                 let sealed = unsafe { libc::mprotect(page as *mut c_void, PAGE, libc::PROT_READ | libc::PROT_EXEC) };
+                // SAFETY: plain function pointers to handlers that only lock/unlock the
+                // static mutex. On failure forks are simply not held off (a tiny window).
+                unsafe { libc::pthread_atfork(Some(fork_lock), Some(fork_unlock), Some(fork_unlock)) };
+                fork_lock();
                 for (i, l) in located.iter().enumerate() {
                     let spec = &SPECS[l.spec_index];
                     let site = l.function + l.site.offset;
@@ -495,6 +520,7 @@ pub(super) fn install() -> HooksStatus {
                         })
                     };
                 }
+                fork_unlock();
             }
         }
     }
