@@ -521,6 +521,9 @@ impl<B: RegBackend> Rcache<B> {
     /// Removes every cached region overlapping `[addr, addr + len)` (unused ones are
     /// deregistered now, others when released); returns how many.
     pub fn invalidate(&self, addr: usize, len: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
         let mut garbage = Vec::new();
         let n = {
             let mut st = self.shared.state.borrow_mut();

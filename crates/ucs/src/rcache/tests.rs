@@ -230,6 +230,7 @@ fn invalidation_while_unused_and_while_used() {
     drop(used);
     assert_eq!(b.deregs(), [2, 1], "used: when released");
     assert_eq!(c.invalidate(BASE + 3 * PAGE, PAGE), 0, "no overlap");
+    assert_eq!(c.invalidate(BASE + 10, 0), 0, "empty range");
     again.invalidate();
     assert_eq!(c.num_regions(), 1);
     drop(again);
