@@ -9,6 +9,8 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::rc::Rc;
 
+use ucs::config::{Config, Ternary};
+use ucs::rcache::{Rcache, RcacheConfig, RcacheHandle, RcacheParams, RegBackend, RegRequest, UnmapEvents};
 use ucs::{Status, UcsResult};
 use uct::{
     Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, RemoteKey,
@@ -69,24 +71,71 @@ impl Component for IbComponent {
     }
 }
 
+ucs::config_table! {
+    /// Options of the `ib` memory domain (`UCX_IB_*`).
+    pub struct IbMdConfigTable {
+        pub rcache: Ternary = ("RCACHE", "try",
+            "Registration cache: yes (fail without it), no, or try (use it when memory events are available)."),
+    }
+}
+
+/// Registers with the protection domain for the registration cache.
+pub struct PdBackend {
+    pd: Rc<Pd>,
+}
+
+impl RegBackend for PdBackend {
+    type Reg = Mr;
+
+    fn register(&self, req: &RegRequest) -> Result<Mr, Status> {
+        // SAFETY: the cache registers ranges users asked for (mapped memory); when the memory
+        // is unmapped the memory hooks invalidate the region, so it is not handed out again.
+        let r = unsafe { Mr::register_quiet(&self.pd, req.addr as *mut u8, req.len, req.access) };
+        if let Err(e) = &r {
+            if req.merged {
+                tracing::debug!("ib: merged registration of {:#x}+{} failed ({e}); retrying alone", req.addr, req.len);
+            } else {
+                tracing::error!("ib: ibv_reg_mr({:#x}, {}, access {:#x}) failed: {e}", req.addr, req.len, req.access);
+            }
+        }
+        r
+    }
+
+    fn deregister(&self, reg: Mr) {
+        drop(reg);
+    }
+}
+
+enum RegionKind {
+    /// A region of the registration cache (possibly larger than the request).
+    Cached(RcacheHandle<PdBackend>),
+    /// A registration of the domain's own allocation, with the mapping to unmap afterwards.
+    Alloc { mr: ManuallyDrop<Mr>, mapping: (NonNull<u8>, usize) },
+}
+
 /// A registration (or a registered allocation) of the `ib` memory domain.
 pub struct IbRegion {
-    mr: ManuallyDrop<Mr>,
+    kind: RegionKind,
     addr: *mut u8,
     len: usize,
-    /// For allocations: the mapping to unmap after deregistration.
-    mapping: Option<(NonNull<u8>, usize)>,
 }
 
 impl IbRegion {
+    fn mr(&self) -> &Mr {
+        match &self.kind {
+            RegionKind::Cached(h) => h.reg(),
+            RegionKind::Alloc { mr, .. } => mr,
+        }
+    }
+
     /// Local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        self.mr.lkey()
+        self.mr().lkey()
     }
 
     /// Remote key.
     pub fn rkey(&self) -> u32 {
-        self.mr.rkey()
+        self.mr().rkey()
     }
 }
 
@@ -104,13 +153,13 @@ impl MemRegion for IbRegion {
 
 impl Drop for IbRegion {
     fn drop(&mut self) {
-        // Deregister first, then unmap an allocation.
-        // SAFETY: dropped exactly once, here; the field is not used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.mr) };
-        if let Some((p, len)) = self.mapping.take() {
+        if let RegionKind::Alloc { mr, mapping } = &mut self.kind {
+            // Deregister first, then unmap.
+            // SAFETY: dropped exactly once, here; the field is not used afterwards.
+            unsafe { ManuallyDrop::drop(mr) };
             // SAFETY: the mapping came from mmap in mem_alloc with this length; its
             // registration is gone and no handle refers to it any more.
-            unsafe { libc::munmap(p.as_ptr().cast(), len) };
+            unsafe { libc::munmap(mapping.0.as_ptr().cast(), mapping.1) };
         }
     }
 }
@@ -131,6 +180,8 @@ pub struct IbMd {
     pub dev: Rc<IbDevice>,
     /// Its protection domain.
     pub pd: Rc<Pd>,
+    rcache: Rcache<PdBackend>,
+    access: u32,
     attr: MdAttr,
 }
 
@@ -139,6 +190,29 @@ impl IbMd {
     pub fn open(name: &str) -> UcsResult<Rc<IbMd>> {
         let dev = Rc::new(IbDevice::open(name)?);
         let pd = Pd::alloc(&dev.ctx)?;
+        let report = |e: ucs::config::ConfigError| {
+            tracing::error!("{e}");
+            Status::from(e)
+        };
+        let md_cfg = IbMdConfigTable::read(&["IB_"]).map_err(report)?;
+        let rc_cfg = RcacheConfig::read(&["IB_", ""]).map_err(report)?;
+        let mut params = RcacheParams::from_config(name, &rc_cfg);
+        if md_cfg.rcache == Ternary::No {
+            // No caching at all: every registration is made and released on demand.
+            params.events = UnmapEvents::Required;
+            params.max_regions = 0;
+        }
+        let rcache = Rcache::new(PdBackend { pd: pd.clone() }, params)?;
+        if !rcache.is_caching() {
+            if md_cfg.rcache == Ternary::Yes {
+                tracing::error!(
+                    "UCX_IB_RCACHE=yes but the registration cache cannot work here: {}",
+                    rcache.disabled_reason().unwrap_or("disabled")
+                );
+                return Err(Status::Unsupported);
+            }
+            tracing::debug!("{name}: registration cache off: {:?}", rcache.disabled_reason());
+        }
         let attr = MdAttr {
             flags: MdFlags::REG | MdFlags::ALLOC | MdFlags::NEED_MEMH | MdFlags::NEED_RKEY,
             max_alloc: usize::MAX,
@@ -147,17 +221,19 @@ impl IbMd {
             // UCX's model of a verbs registration: 16 us + 0.06 ns per byte.
             reg_cost: LinearFunc { c: 16e-6, m: 0.06e-9 },
         };
-        Ok(Rc::new(IbMd { dev, pd, attr }))
+        let access = access_flags(&dev);
+        Ok(Rc::new(IbMd { dev, pd, rcache, access, attr }))
     }
 
-    /// Registers `[addr, addr + len)` and returns the region.
-    ///
-    /// # Safety
-    /// The memory must stay mapped while the region lives.
-    pub unsafe fn register(&self, addr: *mut u8, len: usize) -> UcsResult<IbRegion> {
-        // SAFETY: forwarded (caller).
-        let mr = unsafe { Mr::register(&self.pd, addr, len, access_flags(&self.dev))? };
-        Ok(IbRegion { mr: ManuallyDrop::new(mr), addr, len, mapping: None })
+    /// Registers `[addr, addr + len)` through the registration cache and returns the region.
+    pub fn register(&self, addr: *mut u8, len: usize) -> UcsResult<IbRegion> {
+        let h = self.rcache.get(addr as usize, len, self.access)?;
+        Ok(IbRegion { kind: RegionKind::Cached(h), addr, len })
+    }
+
+    /// The registration cache (statistics, explicit invalidation).
+    pub fn rcache(&self) -> &Rcache<PdBackend> {
+        &self.rcache
     }
 }
 
@@ -177,11 +253,13 @@ impl Md for IbMd {
     fn tl_resources(&self) -> Vec<TlResource> {
         let mut out = Vec::new();
         for p in &self.dev.ports {
-            out.push(TlResource {
-                tl_name: crate::rc::NAME.into(),
-                dev_name: format!("{}:{}", self.dev.name, p.num),
-                dev_type: DeviceType::Net,
-            });
+            for tl in [crate::rc::NAME, crate::ud::NAME] {
+                out.push(TlResource {
+                    tl_name: tl.into(),
+                    dev_name: format!("{}:{}", self.dev.name, p.num),
+                    dev_type: DeviceType::Net,
+                });
+            }
         }
         out
     }
@@ -193,6 +271,7 @@ impl Md for IbMd {
         }
         match params.tl_name.as_str() {
             crate::rc::NAME => Ok(Box::new(crate::rc::RcIface::open(self, port, worker, params)?)),
+            crate::ud::NAME => Ok(Box::new(crate::ud::UdVerbsIface::open(self, port, worker, params)?)),
             _ => Err(Status::NoDevice),
         }
     }
@@ -201,8 +280,7 @@ impl Md for IbMd {
         if len == 0 || (addr as usize).checked_add(len).is_none() {
             return Err(Status::InvalidParam);
         }
-        // SAFETY: forwarded (caller keeps the memory mapped while registered).
-        Ok(MemH::new(unsafe { self.register(addr, len)? }))
+        Ok(MemH::new(self.register(addr, len)?))
     }
 
     fn mem_alloc(&self, len: usize, _access: MemAccess, name: &str) -> UcsResult<MemH> {
@@ -226,10 +304,15 @@ impl Md for IbMd {
         }
         let base = p.cast::<u8>();
         // SAFETY: the mapping lives until the region's drop unmaps it, after deregistration.
-        match unsafe { self.register(base, len) } {
-            Ok(mut r) => {
-                r.mapping = NonNull::new(base).map(|b| (b, len));
-                Ok(MemH::new(r))
+        // Allocations bypass the cache: they are registered exactly once, for their lifetime.
+        match unsafe { Mr::register(&self.pd, base, len, self.access) } {
+            Ok(mr) => {
+                let mapping = (NonNull::new(base).ok_or(Status::NoMemory)?, len);
+                Ok(MemH::new(IbRegion {
+                    kind: RegionKind::Alloc { mr: ManuallyDrop::new(mr), mapping },
+                    addr: base,
+                    len,
+                }))
             }
             Err(e) => {
                 // SAFETY: our own mapping, not registered.
