@@ -38,6 +38,9 @@ fn main() -> ExitCode {
     if !(devices || config) {
         return usage();
     }
+    // Like the C tool: end quietly when the reader of a pipe goes away (`ucx_info -d | head`).
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     ucs::log::init();
     uct_shm::register();
     uct_ib::register();
