@@ -220,19 +220,22 @@ impl IfaceInner {
         }
         n += stash.len();
 
-        let mut wc = self.wc.borrow_mut();
-        let got = self.send_cq.poll(&mut wc[..self.cfg.tx_max_poll]);
+        // The completion array is taken out while handlers run (no copy, no allocation); a
+        // nested call would find it empty and poll nothing.
+        let mut wc = std::mem::take(&mut *self.wc.borrow_mut());
+        let tx_n = self.cfg.tx_max_poll.min(wc.len());
+        let got = self.send_cq.poll(&mut wc[..tx_n]);
         for w in &wc[..got] {
             handle_tx(self, w);
         }
         n += got;
-        let got = self.recv_cq.poll(&mut wc[..self.cfg.rx_max_poll]);
-        let batch: Vec<sys::ibv_wc> = wc[..got].to_vec();
-        drop(wc);
-        for w in &batch {
+        let rx_n = self.cfg.rx_max_poll.min(wc.len());
+        let got = self.recv_cq.poll(&mut wc[..rx_n]);
+        for w in &wc[..got] {
             self.handle_rx(w);
         }
         n += got;
+        *self.wc.borrow_mut() = wc;
         if !self.rx.borrow().refill.is_empty() {
             self.refill();
         }
@@ -277,7 +280,8 @@ impl RcIface {
             max_inline_data: cfg.tx_min_inline,
         };
         let probe = Qp::create(&md.pd, sys::IBV_QPT_RC, &send_cq, &recv_cq, Some(&srq), want)?;
-        let max_inline = probe.cap.max_inline_data as usize;
+        // Inline sends are assembled in a 1 KiB stack buffer.
+        let max_inline = (probe.cap.max_inline_data as usize).min(1024);
         let max_send_sge = probe.cap.max_send_sge as usize;
         drop(probe);
         if max_inline < 1 + 8 {
