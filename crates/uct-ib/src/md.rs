@@ -253,7 +253,7 @@ impl Md for IbMd {
     fn tl_resources(&self) -> Vec<TlResource> {
         let mut out = Vec::new();
         for p in &self.dev.ports {
-            for tl in [crate::rc::NAME, crate::ud::NAME] {
+            for tl in [crate::rc::NAME] {
                 out.push(TlResource {
                     tl_name: tl.into(),
                     dev_name: format!("{}:{}", self.dev.name, p.num),
@@ -271,7 +271,6 @@ impl Md for IbMd {
         }
         match params.tl_name.as_str() {
             crate::rc::NAME => Ok(Box::new(crate::rc::RcIface::open(self, port, worker, params)?)),
-            crate::ud::NAME => Ok(Box::new(crate::ud::UdVerbsIface::open(self, port, worker, params)?)),
             _ => Err(Status::NoDevice),
         }
     }
