@@ -253,13 +253,11 @@ impl Md for IbMd {
     fn tl_resources(&self) -> Vec<TlResource> {
         let mut out = Vec::new();
         for p in &self.dev.ports {
-            for tl in [crate::rc::NAME] {
-                out.push(TlResource {
-                    tl_name: tl.into(),
-                    dev_name: format!("{}:{}", self.dev.name, p.num),
-                    dev_type: DeviceType::Net,
-                });
-            }
+            out.push(TlResource {
+                tl_name: crate::rc::NAME.into(),
+                dev_name: format!("{}:{}", self.dev.name, p.num),
+                dev_type: DeviceType::Net,
+            });
         }
         out
     }
