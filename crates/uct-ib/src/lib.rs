@@ -8,10 +8,12 @@
 //!   addressed by (RoCE v2 IPv4-mapped first, `UCX_IB_GID_INDEX` to force one), MTU and the
 //!   latency/bandwidth model from the link speed;
 //! * `rc_verbs` ([`rc`]): reliable connected QPs, connected endpoint to endpoint;
-//! * the reliability core of `ud_verbs` ([`ud`]).
+//! * `ud_verbs` ([`ud`]): one UD QP per interface, connected interface to interface, made
+//!   reliable in software by a sans-IO core (sequence numbers, acknowledgements, resends,
+//!   congestion window, peer timeout).
 //!
-//! Resources are named `tl/dev:port`, e.g. `rc_verbs/rxe0:1`. Without a verbs stack (no
-//! libibverbs, no kernel support, no device) the component lists nothing and
+//! Resources are named `tl/dev:port`, e.g. `rc_verbs/rxe0:1`, `ud_verbs/rxe0:1`. Without a
+//! verbs stack (no libibverbs, no kernel support, no device) the component lists nothing and
 //! [`unavailable_reason`] says why. Hardware tag matching is not offered (no supported device
 //! here has it); DC is not implemented.
 

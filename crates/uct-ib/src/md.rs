@@ -253,11 +253,13 @@ impl Md for IbMd {
     fn tl_resources(&self) -> Vec<TlResource> {
         let mut out = Vec::new();
         for p in &self.dev.ports {
-            out.push(TlResource {
-                tl_name: crate::rc::NAME.into(),
-                dev_name: format!("{}:{}", self.dev.name, p.num),
-                dev_type: DeviceType::Net,
-            });
+            for tl in [crate::rc::NAME, crate::ud::NAME] {
+                out.push(TlResource {
+                    tl_name: tl.into(),
+                    dev_name: format!("{}:{}", self.dev.name, p.num),
+                    dev_type: DeviceType::Net,
+                });
+            }
         }
         out
     }
@@ -269,6 +271,7 @@ impl Md for IbMd {
         }
         match params.tl_name.as_str() {
             crate::rc::NAME => Ok(Box::new(crate::rc::RcIface::open(self, port, worker, params)?)),
+            crate::ud::NAME => Ok(Box::new(crate::ud::UdVerbsIface::open(self, port, worker, params)?)),
             _ => Err(Status::NoDevice),
         }
     }

@@ -2,6 +2,8 @@
 //! created from (a QP holds its CQs and PD, which hold the context), so no object outlives its
 //! parent whatever order the transport drops them in.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::rc::Rc;
@@ -104,6 +106,30 @@ pub struct Mr {
     ptr: NonNull<sys::ibv_mr>,
 }
 
+thread_local! {
+    /// The live registrations with remote write access, by (protection domain, rkey): what a
+    /// software transport (`ud_verbs` put emulation) checks a peer's write against, as the
+    /// adapter does for RDMA writes. A registration holds an `Rc` and is therefore created and
+    /// dropped on one thread, so a per-thread table sees all of its registrations.
+    static REMOTE_WRITABLE: RefCell<HashMap<(usize, u32), (usize, usize)>> = RefCell::new(HashMap::new());
+}
+
+/// True when `[addr, addr + len)` lies inside a live registration of `pd` with remote write
+/// access whose remote key is `rkey` (registered on this thread). Empty ranges always pass.
+pub(crate) fn remote_write_allowed(pd: &Pd, rkey: u32, addr: u64, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len as u64) else { return false };
+    REMOTE_WRITABLE
+        .try_with(|t| {
+            t.borrow()
+                .get(&(pd.as_ptr() as usize, rkey))
+                .is_some_and(|&(base, rlen)| addr >= base as u64 && end <= (base as u64).saturating_add(rlen as u64))
+        })
+        .unwrap_or(false)
+}
+
 impl Mr {
     /// Registers `[addr, addr + len)` with `access` (`IBV_ACCESS_*`).
     ///
@@ -114,7 +140,18 @@ impl Mr {
         let mr = unsafe { sys::ibv_reg_mr(pd.ctx.lib, pd.as_ptr(), addr.cast::<c_void>(), len, access) };
         let ptr = NonNull::new(mr)
             .ok_or_else(|| verbs_error(&format!("ibv_reg_mr({addr:p}, {len}, access {access:#x})"), last_os_error()))?;
-        Ok(Mr { pd: pd.clone(), ptr })
+        let mr = Mr { pd: pd.clone(), ptr };
+        mr.track_remote_writable(addr, len, access);
+        Ok(mr)
+    }
+
+    /// Lists a registration made with remote write access in [`REMOTE_WRITABLE`] (every
+    /// constructor calls this; `Drop` unlists).
+    fn track_remote_writable(&self, addr: *mut u8, len: usize, access: u32) {
+        if access & sys::IBV_ACCESS_REMOTE_WRITE != 0 {
+            let key = (self.pd.as_ptr() as usize, self.rkey());
+            let _ = REMOTE_WRITABLE.try_with(|t| t.borrow_mut().insert(key, (addr as usize, len)));
+        }
     }
 
     /// [`Mr::register`] without logging a failure (the caller decides how to report it).
@@ -125,7 +162,11 @@ impl Mr {
         // SAFETY: the PD is live; the caller keeps the memory mapped.
         let mr = unsafe { sys::ibv_reg_mr(pd.ctx.lib, pd.as_ptr(), addr.cast::<c_void>(), len, access) };
         match NonNull::new(mr) {
-            Some(ptr) => Ok(Mr { pd: pd.clone(), ptr }),
+            Some(ptr) => {
+                let mr = Mr { pd: pd.clone(), ptr };
+                mr.track_remote_writable(addr, len, access);
+                Ok(mr)
+            }
             None => Err(match last_os_error().raw_os_error() {
                 Some(libc::ENOMEM) => Status::NoMemory,
                 Some(libc::EINVAL) | Some(libc::EFAULT) => Status::InvalidParam,
@@ -149,6 +190,10 @@ impl Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
+        // Remote keys are unique among a device's live registrations: an entry under this key
+        // can only be this registration's.
+        let key = (self.pd.as_ptr() as usize, self.rkey());
+        let _ = REMOTE_WRITABLE.try_with(|t| t.borrow_mut().remove(&key));
         // SAFETY: registered by ibv_reg_mr, deregistered once.
         let r = unsafe { self.pd.ctx.lib.ibv_dereg_mr(self.ptr.as_ptr()) };
         if r != 0 {

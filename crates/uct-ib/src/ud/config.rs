@@ -59,6 +59,10 @@ pub struct RelConfig {
     pub rto_max: u64,
     /// Largest packet, header included (the wiring sets min(path MTU, `UCX_IB_SEG_SIZE`)).
     pub max_packet: usize,
+    /// Congestion window of a new endpoint (capped by `max_window`). UCX starts at
+    /// [`MIN_WINDOW`]; a larger start lets a fresh endpoint send a burst before the first
+    /// acknowledgement (`UCX_UD_VERBS_INITIAL_WINDOW`, an ucx-rs extension).
+    pub initial_window: u16,
 }
 
 impl Default for RelConfig {
@@ -72,6 +76,7 @@ impl Default for RelConfig {
             ack_delay: 0,
             rto_max: 1_000_000_000,
             max_packet: 4096,
+            initial_window: MIN_WINDOW,
         }
     }
 }
@@ -123,6 +128,9 @@ impl RelConfig {
         }
         if !(MIN_WINDOW..=MAX_WINDOW).contains(&self.max_window) {
             return Err(invalid("MAX_WINDOW", self.max_window, "must be >= 2 and <= 1025"));
+        }
+        if !(MIN_WINDOW..=MAX_WINDOW).contains(&self.initial_window) {
+            return Err(invalid("VERBS_INITIAL_WINDOW", self.initial_window, "must be >= 2 and <= 1025"));
         }
         if self.max_packet
             < crate::ud::wire::NETH_LEN + crate::ud::wire::CREQ_FIXED_LEN + crate::ud::wire::MAX_DEV_ADDR_LEN

@@ -333,6 +333,19 @@ impl<R> UdIface<R> {
         true
     }
 
+    /// Fails endpoint `ep` with `status` at the user's request (e.g. a cancelling flush): its
+    /// send window is dropped and it sends nothing more. No [`IfaceEvent::Failed`] is queued.
+    /// Returns false for an unknown endpoint.
+    pub fn fail_ep(&mut self, ep: u32, status: Status) -> bool {
+        let Some(e) = self.entry_mut(ep) else { return false };
+        e.rel.fail(status);
+        self.sched.retain(|&id| id != ep);
+        if let Some(e) = self.entry_mut(ep) {
+            e.scheduled = false;
+        }
+        true
+    }
+
     /// Sends an active message or put on endpoint `ep` (see [`RelEp::send`]).
     pub fn send(&mut self, now: u64, ep: u32, kind: PacketKind, payload: &[u8]) -> Result<Transmit<'_>, Status> {
         self.send_with(now, ep, kind, |buf| buf.extend_from_slice(payload))

@@ -1,8 +1,13 @@
-//! # UD reliability core (sans-IO)
+//! # `ud_verbs`: reliable transport over unreliable datagrams
 //!
 //! UD queue pairs deliver datagrams that may be lost, duplicated or reordered. The `ud_verbs`
-//! transport adds reliability in software, as UCX's `uct_ud` does; this module is that
-//! software, kept free of verbs, clocks and sockets so it can be tested anywhere:
+//! transport adds reliability in software, as UCX's `uct_ud` does. It has two layers:
+//!
+//! * the verbs wiring ([`UdVerbsIface`], [`UdVerbsEp`], [`UdVerbsConfig`]): one UD QP per
+//!   interface, receive buffers, address handles, the uct traits, pending requests, timers
+//!   and the event descriptor (design: `docs/uct-ib/ud_verbs.md`);
+//! * the reliability core below, kept free of verbs, clocks and sockets so it can be tested
+//!   anywhere:
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -27,6 +32,10 @@ pub mod conn;
 pub mod loss;
 pub mod rel;
 mod txwin;
+mod verbs_config;
+mod verbs_ep;
+mod verbs_iface;
+mod wakeup;
 pub mod wire;
 
 #[cfg(test)]
@@ -36,4 +45,10 @@ pub use config::{RelConfig, UdRelConfigTable};
 pub use conn::{IfaceEvent, IfaceStats, ReleaseReason, RxOutcome, Transmit, UdIface};
 pub use loss::{Fate, LossConfig, LossHook, XorShift64};
 pub use rel::{RecvVerdict, RelEp, RelStats, RelTransmit, TxKind};
+pub use verbs_config::{UdVerbsConfig, UdVerbsConfigTable};
+pub use verbs_ep::UdVerbsEp;
+pub use verbs_iface::{UdVerbsIface, UdVerbsStats, GRH_LEN, IFACE_ADDR_LEN, PUT_HDR_LEN, QKEY};
 pub use wire::{Crep, Creq, CtlPacket, DevAddr, EpAddr, Neth, Packet, PacketKind, PeerAddr, WireError};
+
+/// Transport name.
+pub const NAME: &str = "ud_verbs";

@@ -184,7 +184,7 @@ impl<R> RelEp<R> {
             psn: INITIAL_PSN,
             acked: Sn16(INITIAL_PSN.0.wrapping_sub(1)),
             unsent: INITIAL_PSN,
-            cwnd: MIN_WINDOW,
+            cwnd: cfg.initial_window.clamp(MIN_WINDOW, cfg.max_window.max(MIN_WINDOW)),
             window: TxWindow::new(INITIAL_PSN, cfg.max_packet),
             last_tx: now,
             rto: cfg.timer_tick.max(1),

@@ -1,0 +1,1147 @@
+//! The `ud_verbs` interface: one UD queue pair, its completion queues and receive buffers,
+//! the reliability core ([`UdIface`]) that turns datagrams into reliable endpoint-to-endpoint
+//! channels, address handles per peer, pending requests, timers and events.
+//!
+//! ## Data path
+//! * Sending: an operation has the core append the packet to the endpoint's send window
+//!   ([`UdIface::send_with`]) and posts the bytes it returns: inline when they fit the QP's
+//!   inline size, else copied into a registered send descriptor released at the send
+//!   completion. Control packets, resends and acknowledgements come from
+//!   [`UdIface::poll_transmit`] and are posted the same way.
+//! * Receiving: receive buffers of `MTU + 40` bytes (UD puts a 40-byte GRH area in front of
+//!   every datagram) are posted to the QP's receive queue; each completion, after the optional
+//!   loss injector, goes to [`UdIface::on_packet`]. In-order active messages go to the
+//!   handler, which may keep the buffer; puts are written to memory after checking them
+//!   against the live registrations with remote write access.
+//! * Time: timers run from progress (`ucs::time::now`); `event_arm` sets a timer descriptor to
+//!   the core's next deadline, so a sleeping process wakes for resends and peer timeouts.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::rc::Rc;
+
+use rdma_core_sys as sys;
+use ucs::arbiter::GroupId;
+use ucs::fraglist::Sn16;
+use ucs::mpool::{MemPool, PoolBuf};
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{
+    AmHandler, AmRecv, AmTable, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, EventFlags,
+    FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
+    ProgressRegistration, Resources, Worker,
+};
+
+use super::conn::{IfaceEvent, ReleaseReason, RxOutcome, Transmit, UdIface};
+use super::loss::{Fate, LossHook};
+use super::verbs_config::UdVerbsConfig;
+use super::verbs_ep::UdVerbsEp;
+use super::wakeup::Wakeup;
+use super::wire::{self, Creq, CtlPacket, Neth, Packet, PacketKind, PeerAddr, NETH_LEN};
+use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
+use crate::md::IbMd;
+use crate::pool::{reg_pool, RegChunks};
+use crate::rc::{unpack_ep_addr, DevAddr, DEV_ADDR_LEN};
+use crate::verbs::{remote_write_allowed, Ah, CompChannel, Cq, Pd, Qp};
+
+/// Bytes UD reserves in front of every received datagram for the global route header.
+pub const GRH_LEN: usize = 40;
+
+/// Queue key of every `ud_verbs` QP (UCX `UCT_IB_KEY`).
+pub const QKEY: u32 = 0x1ee7_a330;
+
+/// Bytes of the put header after the network header: remote address (u64) and remote key
+/// (u32), little-endian.
+pub const PUT_HDR_LEN: usize = 12;
+
+/// Bytes of an interface address: the UD QP number (24 bits) in 4 bytes, little-endian.
+pub const IFACE_ADDR_LEN: usize = 4;
+
+/// Largest user header of a zero-copy active message (at most half the datagram payload).
+const MAX_AM_HDR: usize = 128;
+
+/// Send completions are requested every this many sends (UCX `UCT_UD_TX_MODERATION`).
+const TX_MODERATION: u32 = 64;
+
+/// A received datagram as the reliability core holds it: the pool buffer (GRH area first) and
+/// the length of the packet after the GRH area.
+#[derive(Debug)]
+pub(crate) struct RxDesc {
+    buf: Option<PoolBuf>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for RxDesc {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_ref().and_then(|b| b.as_slice().get(GRH_LEN..GRH_LEN + self.len)).unwrap_or(&[])
+    }
+}
+
+/// Receive side: one slot per posted receive (the slot index is the work request id).
+struct Rx {
+    slots: Vec<Option<PoolBuf>>,
+    /// Slots whose receive completed and must be posted again.
+    refill: Vec<u32>,
+    wrs: Vec<sys::ibv_recv_wr>,
+    sges: Vec<sys::ibv_sge>,
+    /// Datagrams the loss injector holds back, processed after the next poll.
+    delayed: Vec<RxDesc>,
+}
+
+/// Send side: send-queue credits and the descriptors of posted, unretired sends.
+struct Tx {
+    available: i64,
+    unsignaled: u32,
+    /// Number of the last posted request, and of the last retired one.
+    sn: u64,
+    done_sn: u64,
+    outstanding: VecDeque<(u64, PoolBuf)>,
+}
+
+/// What the uct layer keeps per core endpoint.
+pub(crate) struct EpState {
+    /// A [`UdVerbsEp`] object exists for this endpoint.
+    pub user: bool,
+    pub user_data: u64,
+    /// Pending group while a user object exists.
+    pub group: Option<GroupId>,
+    /// When the user object was dropped (or the unclaimed endpoint failed): the endpoint is
+    /// destroyed `LINGER_TIMEOUT` later, once idle.
+    pub closed_at: Option<u64>,
+    /// The failure was reported to the error handler.
+    pub reported: bool,
+    /// Flush completions, each fired when the peer acknowledged everything up to its number.
+    pub flushes: Vec<(Sn16, Rc<Completion>)>,
+}
+
+impl EpState {
+    fn passive() -> EpState {
+        EpState { user: false, user_data: 0, group: None, closed_at: None, reported: false, flushes: Vec::new() }
+    }
+}
+
+/// Counters of a `ud_verbs` interface (see [`UdVerbsIface::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdVerbsStats {
+    /// Datagrams received (before loss injection).
+    pub rx_datagrams: u64,
+    /// Datagrams dropped as malformed (bad length, undecodable header, bad CREQ address).
+    pub rx_malformed: u64,
+    /// Datagrams the loss injector dropped.
+    pub loss_dropped: u64,
+    /// Datagrams the loss injector duplicated.
+    pub loss_duplicated: u64,
+    /// Datagrams the loss injector delayed behind later ones.
+    pub loss_reordered: u64,
+    /// Puts refused because no live registration with remote write access covers them.
+    pub put_rejected: u64,
+    /// Datagrams posted (fresh, control, resend and acknowledgement).
+    pub tx_posted: u64,
+    /// Retransmissions, summed over the live endpoints.
+    pub resent: u64,
+    /// Resend-timer expiries that resent, summed over the live endpoints.
+    pub timeouts: u64,
+    /// NAKs sent, summed over the live endpoints.
+    pub naks_sent: u64,
+    /// Duplicates received, summed over the live endpoints.
+    pub duplicates: u64,
+    /// Out-of-order packets received, summed over the live endpoints.
+    pub out_of_order: u64,
+    /// Active messages and puts delivered, summed over the live endpoints.
+    pub delivered: u64,
+    /// Endpoints that failed.
+    pub failed_eps: u64,
+    /// Live endpoints in the core (user, passive and lingering ones).
+    pub num_eps: u64,
+}
+
+pub(crate) struct IfaceInner {
+    /// Keeps the device open for as long as endpoints exist.
+    _dev: Rc<IbDevice>,
+    pd: Rc<Pd>,
+    pub port: Port,
+    gid: GidChoice,
+    pub cfg: UdVerbsConfig,
+    pub attr: IfaceAttr,
+    am: AmTable,
+    pub pending: PendingQueue,
+    err_handler: Option<ErrHandler>,
+    /// The QP comes before everything its posted requests point at (receive slots, send
+    /// descriptors, address handles), so it is destroyed first.
+    qp: Qp,
+    chan: Rc<CompChannel>,
+    send_cq: Rc<Cq>,
+    recv_cq: Rc<Cq>,
+    wakeup: Wakeup,
+    rx: RefCell<Rx>,
+    tx: RefCell<Tx>,
+    pub core: RefCell<UdIface<RxDesc>>,
+    pub eps: RefCell<Vec<Option<EpState>>>,
+    pub groups: RefCell<HashMap<GroupId, u32>>,
+    ahs: RefCell<HashMap<wire::DevAddr, Rc<Ah>>>,
+    tx_pool: Rc<MemPool>,
+    tx_chunks: Rc<RegChunks>,
+    rx_pool: Rc<MemPool>,
+    rx_chunks: Rc<RegChunks>,
+    loss: RefCell<Option<LossHook>>,
+    /// Core timers are run when the clock passes this (kept at or before the real deadline).
+    next_timer: Cell<u64>,
+    /// Completions polled while arming, handled by the next progress.
+    stash_tx: RefCell<Vec<sys::ibv_wc>>,
+    stash_rx: RefCell<Vec<sys::ibv_wc>>,
+    wc: RefCell<Vec<sys::ibv_wc>>,
+    /// Largest inline send the provider granted.
+    max_inline: usize,
+    /// Largest packet (header included): min(port MTU, SEG_SIZE).
+    pub max_packet: usize,
+    rx_buf_len: usize,
+    stats: Cell<UdVerbsStats>,
+    warned_put: Cell<bool>,
+    progress: ProgressRegistration,
+}
+
+fn bump(stats: &Cell<UdVerbsStats>, f: impl FnOnce(&mut UdVerbsStats)) {
+    let mut s = stats.get();
+    f(&mut s);
+    stats.set(s);
+}
+
+fn zeroed_wc() -> sys::ibv_wc {
+    // SAFETY: zero is a valid bit pattern for a work completion.
+    unsafe { std::mem::zeroed() }
+}
+
+impl IfaceInner {
+    /// Smallest distance from an event to a core timer it may start (see `note_activity`).
+    fn min_timer_step(&self) -> u64 {
+        self.cfg.rel.timer_tick.min(self.cfg.rel.peer_timeout).max(1)
+    }
+
+    /// Something happened at `now` that may have started a core timer: every timer an event
+    /// starts is at least a tick (or the peer timeout) away, so run the timers no later than
+    /// that.
+    pub(crate) fn note_activity(&self, now: u64) {
+        let t = now.saturating_add(self.min_timer_step());
+        if t < self.next_timer.get() {
+            self.next_timer.set(t);
+        }
+    }
+
+    /// The address handle for a peer's device address, created on first use.
+    pub(crate) fn ah_for(&self, dev: &wire::DevAddr) -> UcsResult<Rc<Ah>> {
+        if let Some(ah) = self.ahs.borrow().get(dev) {
+            return Ok(ah.clone());
+        }
+        let peer = DevAddr::unpack(dev.as_bytes()).ok_or_else(|| {
+            tracing::debug!(?dev, "ud_verbs: malformed device address");
+            Status::InvalidAddr
+        })?;
+        let eth = self.port.link_layer == LinkLayer::Ethernet;
+        if peer.eth != eth {
+            tracing::debug!(?dev, "ud_verbs: device address of another link layer");
+            return Err(Status::Unreachable);
+        }
+        // SAFETY: zero is a valid bit pattern for the attribute struct.
+        let mut a: sys::ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.dlid = peer.lid;
+        a.sl = self.cfg.sl;
+        a.port_num = self.port.num;
+        if eth || peer.gid[..8] != self.gid.gid[..8] {
+            a.is_global = 1;
+            a.grh.dgid.raw = peer.gid;
+            a.grh.sgid_index = self.gid.index;
+            a.grh.hop_limit = self.cfg.hop_limit;
+            a.grh.traffic_class = self.cfg.traffic_class;
+        }
+        let ah = Rc::new(Ah::create(&self.pd, &mut a)?);
+        self.ahs.borrow_mut().insert(*dev, ah.clone());
+        Ok(ah)
+    }
+
+    /// Posts one datagram to `qpn` through `ah`: inline when it fits, else from a registered
+    /// descriptor: `desc`, whose bytes from `filled` on already equal `bytes` (the packed
+    /// payload of a bcopy), or a fresh one. The caller checked that a send-queue slot is free.
+    fn post(&self, bytes: &[u8], ah: &Ah, qpn: u32, desc: Option<(PoolBuf, usize)>) -> UcsResult<()> {
+        let inline = bytes.len() <= self.max_inline;
+        let mut keep = None;
+        let mut sge = sys::ibv_sge { addr: bytes.as_ptr() as u64, length: bytes.len() as u32, lkey: 0 };
+        if !inline {
+            let (mut d, filled) = match desc {
+                Some((d, filled)) => (d, filled.min(bytes.len())),
+                None => (self.tx_pool.get_buf().ok_or(Status::NoResource)?, bytes.len()),
+            };
+            let dst = d.as_mut_slice().get_mut(..filled).ok_or(Status::InvalidParam)?;
+            dst.copy_from_slice(&bytes[..filled]);
+            if d.len() < bytes.len() {
+                return Err(Status::InvalidParam);
+            }
+            let lkey = self.tx_chunks.lkey(d.as_ptr()).ok_or(Status::IoError)?;
+            sge = sys::ibv_sge { addr: d.as_ptr() as u64, length: bytes.len() as u32, lkey };
+            keep = Some(d);
+        }
+        let mut tx = self.tx.borrow_mut();
+        let signal = tx.unsignaled + 1 >= TX_MODERATION.min(self.cfg.tx_queue_len / 2).max(1) || tx.available <= 1;
+        // SAFETY: zero is a valid bit pattern for a work request.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        let sn = tx.sn + 1;
+        wr.wr_id = sn;
+        wr.opcode = sys::IBV_WR_SEND;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.send_flags = if inline { sys::IBV_SEND_INLINE } else { 0 } | if signal { sys::IBV_SEND_SIGNALED } else { 0 };
+        wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 { ah: ah.as_ptr(), remote_qpn: qpn, remote_qkey: QKEY };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the QP is live; wr and its SGE are valid for the call; the SGE points at
+        // inline bytes (copied by the post) or at a registered descriptor kept in
+        // `tx.outstanding` until a completion retires the request; the address handle lives in
+        // `ahs` for as long as the interface (whose QP is destroyed first).
+        let r = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if r != 0 {
+            tracing::error!("ud_verbs: ibv_post_send failed: {}", std::io::Error::from_raw_os_error(r));
+            return Err(Status::IoError);
+        }
+        tx.sn = sn;
+        tx.available -= 1;
+        tx.unsignaled = if signal { 0 } else { tx.unsignaled + 1 };
+        if let Some(d) = keep {
+            tx.outstanding.push_back((sn, d));
+        }
+        drop(tx);
+        bump(&self.stats, |s| s.tx_posted += 1);
+        Ok(())
+    }
+
+    /// True when a send-queue slot is free.
+    pub(crate) fn tx_available(&self) -> bool {
+        self.tx.borrow().available > 0
+    }
+
+    /// Posts what the core returned for a send (see [`post`](Self::post) for `desc`).
+    pub(crate) fn post_transmit(&self, t: &Transmit<'_>, desc: Option<(PoolBuf, usize)>) -> UcsResult<()> {
+        let ah = self.ah_for(&t.peer.dev_addr)?;
+        self.post(t.bytes, &ah, t.peer.qp_num, desc)
+    }
+
+    /// A registered send descriptor (for bcopy packing), or `None` when the pool is exhausted.
+    pub(crate) fn tx_desc(&self) -> Option<PoolBuf> {
+        self.tx_pool.get_buf()
+    }
+
+    /// Posts the control packets, resends and acknowledgements the core has, while send-queue
+    /// slots last.
+    pub(crate) fn drain_transmits(&self, now: u64) -> usize {
+        let mut n = 0;
+        while self.tx_available() {
+            let mut core = self.core.borrow_mut();
+            let Some(t) = core.poll_transmit(now) else { break };
+            if let Err(e) = self.post_transmit(&t, None) {
+                // The datagram is lost; the reliability layer recovers from that.
+                tracing::debug!(ep = t.ep, "ud_verbs: could not post a {:?} datagram: {e}", t.kind);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Retires send requests up to the one a completion names.
+    fn handle_tx(&self, wc: &sys::ibv_wc) {
+        if wc.status != sys::IBV_WC_SUCCESS && wc.status != sys::IBV_WC_WR_FLUSH_ERR {
+            tracing::error!(
+                "ud_verbs: send completion with error: {} (vendor error {:#x})",
+                sys::wc_status_str(wc.status),
+                wc.vendor_err
+            );
+        }
+        let mut tx = self.tx.borrow_mut();
+        let sn = wc.wr_id;
+        if sn <= tx.done_sn || sn > tx.sn {
+            return;
+        }
+        tx.available += (sn - tx.done_sn) as i64;
+        tx.done_sn = sn;
+        while tx.outstanding.front().is_some_and(|(s, _)| *s <= sn) {
+            tx.outstanding.pop_front();
+        }
+    }
+
+    /// Takes the buffer of a receive completion; `None` (buffer back in its slot) for errors.
+    fn take_rx(&self, wc: &sys::ibv_wc) -> Option<RxDesc> {
+        let idx = wc.wr_id as usize;
+        let mut rx = self.rx.borrow_mut();
+        let Some(buf) = rx.slots.get_mut(idx).and_then(Option::take) else {
+            tracing::error!(wr_id = wc.wr_id, "ud_verbs: receive completion for an empty slot");
+            return None;
+        };
+        rx.refill.push(idx as u32);
+        if wc.status != sys::IBV_WC_SUCCESS {
+            if wc.status != sys::IBV_WC_WR_FLUSH_ERR {
+                tracing::warn!("ud_verbs: receive completion with error: {}", sys::wc_status_str(wc.status));
+            }
+            rx.slots[idx] = Some(buf);
+            rx.refill.pop();
+            return None;
+        }
+        let total = wc.byte_len as usize;
+        if total < GRH_LEN + NETH_LEN || total > self.rx_buf_len {
+            drop(rx);
+            bump(&self.stats, |s| s.rx_malformed += 1);
+            tracing::debug!(byte_len = total, "ud_verbs: dropped a datagram of impossible length");
+            return None;
+        }
+        Some(RxDesc { buf: Some(buf), len: total - GRH_LEN })
+    }
+
+    /// Processes one receive completion: loss injection, then the core.
+    fn handle_rx(&self, now: u64, wc: &sys::ibv_wc) -> usize {
+        let Some(desc) = self.take_rx(wc) else { return 0 };
+        bump(&self.stats, |s| s.rx_datagrams += 1);
+        let fate = self.loss.borrow_mut().as_mut().map_or(Fate::Deliver, LossHook::fate);
+        match fate {
+            Fate::Deliver => self.on_datagram(now, desc),
+            Fate::Drop => {
+                bump(&self.stats, |s| s.loss_dropped += 1);
+                0
+            }
+            Fate::Reorder => {
+                bump(&self.stats, |s| s.loss_reordered += 1);
+                self.rx.borrow_mut().delayed.push(desc);
+                0
+            }
+            Fate::Duplicate => {
+                bump(&self.stats, |s| s.loss_duplicated += 1);
+                let copy = self.rx_pool.get_buf().map(|mut b| {
+                    let n = (GRH_LEN + desc.len).min(b.len());
+                    if let Some(src) = desc.buf.as_ref() {
+                        b[..n].copy_from_slice(&src[..n]);
+                    }
+                    RxDesc { buf: Some(b), len: desc.len }
+                });
+                let mut n = self.on_datagram(now, desc);
+                if let Some(c) = copy {
+                    n += self.on_datagram(now, c);
+                }
+                n
+            }
+        }
+    }
+
+    /// Checks a connection request's device address before the core sees it (it creates an
+    /// endpoint for any well-formed request), and creates the address handle the reply needs.
+    fn creq_acceptable(&self, creq: &Creq) -> bool {
+        match self.ah_for(&creq.dev_addr) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(dev = ?creq.dev_addr, "ud_verbs: dropped a connection request from an unusable address: {e}");
+                false
+            }
+        }
+    }
+
+    /// Hands one datagram to the core and delivers what became deliverable.
+    fn on_datagram(&self, now: u64, desc: RxDesc) -> usize {
+        let to_null = Neth::decode(desc.as_ref()).is_ok_and(|n| n.dest_ep_id == wire::EP_NULL_ID);
+        if to_null {
+            if let Ok(Packet::Ctl { ctl: CtlPacket::Creq(creq), .. }) = Packet::decode(desc.as_ref()) {
+                if !self.creq_acceptable(&creq) {
+                    bump(&self.stats, |s| s.rx_malformed += 1);
+                    return 0;
+                }
+            }
+        }
+        let outcome = self.core.borrow_mut().on_packet(now, desc);
+        self.note_activity(now);
+        let ep = outcome.ep();
+        let mut n = 1;
+        match outcome {
+            RxOutcome::Deliver { ep, kind, desc } => self.deliver(ep, kind, desc),
+            RxOutcome::Held { .. } => {}
+            RxOutcome::Release { reason, .. } => match reason {
+                ReleaseReason::Invalid(e) => {
+                    bump(&self.stats, |s| s.rx_malformed += 1);
+                    tracing::debug!("ud_verbs: dropped a malformed datagram: {e}");
+                }
+                ReleaseReason::Rejected => tracing::debug!("ud_verbs: rejected a control packet"),
+                ReleaseReason::UnknownEp => tracing::trace!("ud_verbs: datagram for an unknown endpoint"),
+                _ => {}
+            },
+        }
+        if let Some(ep) = ep {
+            loop {
+                let next = self.core.borrow_mut().pull(ep);
+                match next {
+                    Some((kind @ (PacketKind::Am(_) | PacketKind::Put), desc)) => {
+                        self.deliver(ep, kind, desc);
+                        n += 1;
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            self.after_ep_activity(ep);
+        }
+        n
+    }
+
+    /// Gives an in-order active message to its handler, or performs a put.
+    fn deliver(&self, ep: u32, kind: PacketKind, mut desc: RxDesc) {
+        match kind {
+            PacketKind::Am(id) => {
+                let len = desc.len.saturating_sub(NETH_LEN);
+                let _ = self.am.invoke(id, AmRecv::from_desc(&mut desc.buf, GRH_LEN + NETH_LEN, len));
+            }
+            PacketKind::Put => self.do_put(ep, desc.as_ref().get(NETH_LEN..).unwrap_or(&[])),
+            _ => {}
+        }
+    }
+
+    /// Writes a put (remote address, remote key, data) into local memory, if a live
+    /// registration with remote write access covers it.
+    fn do_put(&self, ep: u32, payload: &[u8]) {
+        let Some((hdr, data)) = payload.split_first_chunk::<PUT_HDR_LEN>() else {
+            bump(&self.stats, |s| s.rx_malformed += 1);
+            tracing::debug!(ep, "ud_verbs: put shorter than its header");
+            return;
+        };
+        let addr = u64::from_le_bytes(hdr[..8].try_into().unwrap_or_default());
+        let rkey = u32::from_le_bytes(hdr[8..].try_into().unwrap_or_default());
+        if data.is_empty() {
+            return;
+        }
+        if !remote_write_allowed(&self.pd, rkey, addr, data.len()) {
+            bump(&self.stats, |s| s.put_rejected += 1);
+            if !self.warned_put.replace(true) {
+                tracing::warn!(
+                    ep,
+                    addr,
+                    rkey,
+                    len = data.len(),
+                    "ud_verbs: refused a put outside every registration with remote write access (further ones \
+                     are logged at debug level)"
+                );
+            } else {
+                tracing::debug!(ep, addr, rkey, len = data.len(), "ud_verbs: refused a put");
+            }
+            return;
+        }
+        // SAFETY: [addr, addr + len) lies inside a live registration of this protection domain
+        // with remote write access (checked just above, on this thread, which owns every such
+        // registration): memory its owner mapped and exposed to remote writes, exactly what an
+        // RDMA WRITE with that key could reach. The source is the receive buffer, which does
+        // not overlap user registrations.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
+    }
+
+    /// After packets for endpoint `ep`: fire the flushes its acknowledgements completed, and
+    /// let its pending requests run when it can send again.
+    fn after_ep_activity(&self, ep: u32) {
+        let (acked, status, can_send) = {
+            let core = self.core.borrow();
+            match core.ep(ep) {
+                Some(r) => (r.acked_psn(), r.status(), r.can_send()),
+                None => return,
+            }
+        };
+        let (done, group) = {
+            let mut eps = self.eps.borrow_mut();
+            let Some(st) = eps.get_mut(ep as usize).and_then(Option::as_mut) else { return };
+            let mut done = Vec::new();
+            if !st.flushes.is_empty() {
+                let mut i = 0;
+                while i < st.flushes.len() {
+                    if status.is_err() || st.flushes[i].0.le(acked) {
+                        done.push(st.flushes.swap_remove(i).1);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            (done, st.group)
+        };
+        let result = status.err().unwrap_or(Status::Ok);
+        for c in done {
+            c.complete(result);
+        }
+        if let Some(g) = group {
+            if (can_send || status.is_err()) && !self.pending.group_is_empty(g) {
+                self.pending.schedule(g);
+            }
+        }
+    }
+
+    /// The state slot of endpoint `ep`, created for a passive endpoint.
+    pub(crate) fn with_state<T>(&self, ep: u32, f: impl FnOnce(&mut EpState) -> T) -> T {
+        let mut eps = self.eps.borrow_mut();
+        let i = ep as usize;
+        if eps.len() <= i {
+            eps.resize_with(i + 1, || None);
+        }
+        f(eps[i].get_or_insert_with(EpState::passive))
+    }
+
+    /// Reacts to the core's events: connections, failures.
+    fn handle_events(&self, now: u64) -> usize {
+        let mut n = 0;
+        loop {
+            let ev = self.core.borrow_mut().poll_event();
+            let Some(ev) = ev else { return n };
+            n += 1;
+            match ev {
+                IfaceEvent::Accepted { ep, .. } => {
+                    self.with_state(ep, |_| ());
+                }
+                IfaceEvent::Connected { ep, .. } => self.after_ep_activity(ep),
+                IfaceEvent::Failed { ep, status } => {
+                    bump(&self.stats, |s| s.failed_eps += 1);
+                    let report = self.with_state(ep, |st| {
+                        if !st.user && st.closed_at.is_none() {
+                            st.closed_at = Some(now);
+                        }
+                        let report = st.user && !st.reported;
+                        st.reported |= report;
+                        report.then_some(st.user_data)
+                    });
+                    tracing::debug!(ep, %status, "ud_verbs: endpoint failed");
+                    self.after_ep_activity(ep);
+                    if let (Some(ud), Some(h)) = (report, &self.err_handler) {
+                        h(ud, status);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the core's timers, and destroys closed endpoints whose linger time is over.
+    fn run_timers(&self, now: u64) {
+        self.core.borrow_mut().handle_timeout(now);
+        let linger = self.cfg.linger_timeout;
+        let mut expired = Vec::new();
+        let mut next_linger = u64::MAX;
+        {
+            let core = self.core.borrow();
+            let eps = self.eps.borrow();
+            for (id, st) in eps.iter().enumerate() {
+                let Some(closed) = st.as_ref().and_then(|s| if s.user { None } else { s.closed_at }) else { continue };
+                let due = closed.saturating_add(linger);
+                let quiet = core.ep(id as u32).is_none_or(|r| r.is_idle() || r.status().is_err());
+                if now >= due && quiet {
+                    expired.push(id as u32);
+                } else {
+                    next_linger = next_linger.min(due.max(now.saturating_add(self.min_timer_step())));
+                }
+            }
+        }
+        for id in expired {
+            let mut sink = Vec::new();
+            self.core.borrow_mut().destroy_ep(id, |d| sink.push(d));
+            if let Some(slot) = self.eps.borrow_mut().get_mut(id as usize) {
+                *slot = None;
+            }
+            tracing::trace!(ep = id, "ud_verbs: lingering endpoint destroyed");
+            drop(sink);
+        }
+        self.drain_transmits(now);
+        let core_next = self.core.borrow().poll_timeout().unwrap_or(u64::MAX);
+        self.next_timer.set(core_next.min(next_linger));
+    }
+
+    fn refill(&self) -> usize {
+        let mut rx = self.rx.borrow_mut();
+        let rx = &mut *rx;
+        let mut posted = 0;
+        while !rx.refill.is_empty() {
+            let batch = rx.refill.len().min(self.cfg.rx_max_batch);
+            let mut n = 0;
+            for k in 0..batch {
+                let idx = rx.refill[rx.refill.len() - 1 - k] as usize;
+                if rx.slots[idx].is_none() {
+                    match self.rx_pool.get_buf() {
+                        Some(b) => rx.slots[idx] = Some(b),
+                        None => break,
+                    }
+                }
+                let ptr = rx.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
+                let Some(lkey) = self.rx_chunks.lkey(ptr) else { break };
+                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.rx_buf_len as u32, lkey };
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            for k in 0..n {
+                let idx = rx.refill[rx.refill.len() - 1 - k];
+                let next = if k + 1 < n { &mut rx.wrs[k + 1] as *mut sys::ibv_recv_wr } else { std::ptr::null_mut() };
+                let sge = &mut rx.sges[k] as *mut sys::ibv_sge;
+                rx.wrs[k] = sys::ibv_recv_wr { wr_id: idx as u64, next, sg_list: sge, num_sge: 1 };
+            }
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: the QP is live; the chain of n WRs and their SGEs lives in `rx` for the
+            // call; every buffer is a registered pool slot of `rx_buf_len` bytes kept in
+            // `rx.slots` until its completion (and the QP is destroyed before the slots).
+            let r = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), rx.wrs.as_mut_ptr(), &mut bad) };
+            if r != 0 {
+                tracing::error!("ud_verbs: ibv_post_recv failed: {}", std::io::Error::from_raw_os_error(r));
+                break;
+            }
+            let keep = rx.refill.len() - n;
+            rx.refill.truncate(keep);
+            posted += n;
+        }
+        posted
+    }
+
+    fn dispatch_pending(&self) -> usize {
+        if self.pending.is_empty() {
+            return 0;
+        }
+        self.pending.dispatch(|g| {
+            if !self.tx_available() {
+                return Resources::IfaceExhausted;
+            }
+            let Some(ep) = self.groups.borrow().get(&g).copied() else { return Resources::EpExhausted };
+            let core = self.core.borrow();
+            match core.ep(ep) {
+                Some(r) if r.status().is_err() || r.can_send() => Resources::Available,
+                Some(_) => Resources::EpExhausted,
+                None => Resources::Available,
+            }
+        })
+    }
+
+    pub(crate) fn progress(&self) -> usize {
+        let now = ucs::time::now();
+        let mut n = 0;
+        let stash: Vec<sys::ibv_wc> = std::mem::take(&mut *self.stash_tx.borrow_mut());
+        for wc in &stash {
+            self.handle_tx(wc);
+        }
+        n += stash.len();
+        let stash: Vec<sys::ibv_wc> = std::mem::take(&mut *self.stash_rx.borrow_mut());
+        for wc in &stash {
+            n += self.handle_rx(now, wc);
+        }
+
+        let mut wc = self.wc.borrow_mut();
+        let got = self.send_cq.poll(&mut wc[..self.cfg.tx_max_poll]);
+        for w in &wc[..got] {
+            self.handle_tx(w);
+        }
+        n += got;
+        let delayed = std::mem::take(&mut self.rx.borrow_mut().delayed);
+        let got = self.recv_cq.poll(&mut wc[..self.cfg.rx_max_poll]);
+        let batch: Vec<sys::ibv_wc> = wc[..got].to_vec();
+        drop(wc);
+        for w in &batch {
+            n += self.handle_rx(now, w);
+        }
+        // Datagrams the loss injector held back arrive after those polled now.
+        for d in delayed {
+            n += self.on_datagram(now, d);
+        }
+        if !self.rx.borrow().refill.is_empty() {
+            self.refill();
+        }
+        if now >= self.next_timer.get() {
+            self.run_timers(now);
+        }
+        n += self.drain_transmits(now);
+        n += self.handle_events(now);
+        n + self.dispatch_pending()
+    }
+
+    /// Counters, with the reliability counters of the live endpoints summed.
+    fn stats(&self) -> UdVerbsStats {
+        let mut s = self.stats.get();
+        let core = self.core.borrow();
+        let ids: Vec<u32> = core.ep_ids().collect();
+        s.num_eps = ids.len() as u64;
+        for id in ids {
+            if let Some(r) = core.ep(id) {
+                let st = r.stats();
+                s.resent += st.resent;
+                s.timeouts += st.timeouts;
+                s.naks_sent += st.naks_sent;
+                s.duplicates += st.duplicates;
+                s.out_of_order += st.out_of_order;
+                s.delivered += st.delivered;
+            }
+        }
+        s
+    }
+
+    /// Flushes endpoint `ep`: `Done` when everything it sent was acknowledged (or it failed),
+    /// else asks the peer for an acknowledgement and completes `comp` when it arrives.
+    pub(crate) fn flush_ep(&self, ep: u32, flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
+        let now = ucs::time::now();
+        let (idle, failed, last) = {
+            let core = self.core.borrow();
+            let Some(r) = core.ep(ep) else { return Ok(Outcome::Done(())) };
+            (r.is_idle(), r.status().is_err(), Sn16(r.next_psn().0.wrapping_sub(1)))
+        };
+        if failed || idle {
+            return Ok(Outcome::Done(()));
+        }
+        if flags.contains(FlushFlags::CANCEL) {
+            // Give up on what is outstanding: the endpoint cannot recover the gap it leaves
+            // in its sequence, so it fails (without a call to the error handler: the user
+            // asked for this). Waiting flushes complete with `Canceled`.
+            self.core.borrow_mut().fail_ep(ep, Status::Canceled);
+            self.with_state(ep, |st| st.reported = true);
+            self.after_ep_activity(ep);
+            return Ok(Outcome::Done(()));
+        }
+        self.core.borrow_mut().request_ack(now, ep);
+        self.drain_transmits(now);
+        self.note_activity(now);
+        if let Some(c) = comp {
+            self.with_state(ep, |st| st.flushes.push((last, c.clone())));
+        }
+        Ok(Outcome::InProgress)
+    }
+}
+
+/// A `ud_verbs` interface on one port.
+pub struct UdVerbsIface {
+    inner: Rc<IfaceInner>,
+}
+
+impl UdVerbsIface {
+    /// Opens the interface on `port` of the memory domain's device.
+    pub fn open(md: &IbMd, port: u8, worker: &Worker, params: &IfaceParams) -> UcsResult<UdVerbsIface> {
+        let mut cfg = UdVerbsConfig::read(None, &params.config)?;
+        let dev = md.dev.clone();
+        let port = dev.port(port).ok_or(Status::NoDevice)?.clone();
+        let gid = dev.select_gid(&port, cfg.gid_index)?;
+        let max_packet = cfg.seg_size.min(port.mtu);
+        cfg.rel.max_packet = max_packet;
+        cfg.rel.validate()?;
+        let ctx = &dev.ctx;
+        let chan = CompChannel::create(ctx)?;
+        let send_cq = Cq::create(ctx, cfg.tx_queue_len as usize, Some(&chan))?;
+        let recv_cq = Cq::create(ctx, cfg.rx_queue_len as usize, Some(&chan))?;
+        let cap = sys::ibv_qp_cap {
+            max_send_wr: cfg.tx_queue_len,
+            max_recv_wr: cfg.rx_queue_len,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: cfg.tx_min_inline,
+        };
+        let qp = Qp::create(&md.pd, sys::IBV_QPT_UD, &send_cq, &recv_cq, None, cap)?;
+        let max_inline = qp.cap.max_inline_data as usize;
+        // SAFETY: zero is a valid bit pattern for the attribute struct.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = port.num;
+        a.qkey = QKEY;
+        qp.modify(&mut a, sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY, "INIT")?;
+        // SAFETY: as above.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::IBV_QPS_RTR;
+        qp.modify(&mut a, sys::IBV_QP_STATE, "RTR")?;
+        // SAFETY: as above.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::IBV_QPS_RTS;
+        a.sq_psn = 0;
+        qp.modify(&mut a, sys::IBV_QP_STATE | sys::IBV_QP_SQ_PSN, "RTS")?;
+
+        // Receive buffers hold the largest datagram the fabric can carry, whatever SEG_SIZE
+        // says, so that no peer can overflow one.
+        let rx_buf_len = port.mtu + GRH_LEN;
+        let (tx_pool, tx_chunks) = reg_pool(&md.pd, max_packet, 256, usize::MAX, "ud_verbs_tx")?;
+        let (rx_pool, rx_chunks) = reg_pool(&md.pd, rx_buf_len, 1024, cfg.rx_queue_len as usize * 2, "ud_verbs_rx")?;
+
+        let eth = port.link_layer == LinkLayer::Ethernet;
+        let dev_addr = DevAddr { eth, mtu_enum: port.mtu_enum as u8, lid: port.lid, gid: gid.gid };
+        let local =
+            PeerAddr { dev_addr: wire::DevAddr::new(&dev_addr.pack()).map_err(Status::from)?, qp_num: qp.qp_num() };
+        let core = UdIface::new(local, cfg.rel.clone())?;
+        let short_max = max_inline.min(max_packet);
+        let mut flags = IfaceFlags::AM_BCOPY
+            | IfaceFlags::AM_ZCOPY
+            | IfaceFlags::PENDING
+            | IfaceFlags::CONNECT_TO_IFACE
+            | IfaceFlags::CB_SYNC
+            | IfaceFlags::ERRHANDLE_PEER_FAILURE
+            | IfaceFlags::EP_CHECK
+            | IfaceFlags::INTER_NODE;
+        if short_max >= NETH_LEN + 8 {
+            flags |= IfaceFlags::AM_SHORT;
+        }
+        if short_max > NETH_LEN + PUT_HDR_LEN {
+            flags |= IfaceFlags::PUT_SHORT;
+        }
+        let mtu = port.mtu;
+        let max_am_hdr = MAX_AM_HDR.min((max_packet - NETH_LEN) / 2);
+        let attr = IfaceAttr {
+            flags,
+            event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::RECV_SIG | EventFlags::FD,
+            put: OpCaps {
+                max_short: short_max.saturating_sub(NETH_LEN + PUT_HDR_LEN),
+                align_mtu: mtu,
+                max_iov: 1,
+                ..OpCaps::default()
+            },
+            get: OpCaps::default(),
+            // A zero-copy header and payload share one datagram: any header up to `max_hdr`
+            // leaves room for `max_zcopy` bytes of payload.
+            am: OpCaps {
+                max_short: short_max.saturating_sub(NETH_LEN),
+                max_bcopy: max_packet - NETH_LEN,
+                min_zcopy: 0,
+                max_zcopy: max_packet - NETH_LEN - max_am_hdr,
+                opt_zcopy_align: 512,
+                align_mtu: mtu,
+                max_iov: 8,
+                max_hdr: max_am_hdr,
+            },
+            tag: Default::default(),
+            atomic32: Default::default(),
+            atomic64: Default::default(),
+            device_addr_len: DEV_ADDR_LEN,
+            iface_addr_len: IFACE_ADDR_LEN,
+            ep_addr_len: 0,
+            max_conn_priv: 0,
+            max_num_eps: wire::EP_NULL_ID as usize,
+            overhead: 105e-9,
+            bandwidth: BandwidthModel { dedicated: 0.0, shared: port.bandwidth },
+            // UD lacks scatter-to-CQE (UCX adds 30 ns).
+            latency: LinearFunc { c: port.latency + 30e-9, m: 1e-9 },
+            priority: 0,
+        };
+        let wakeup = Wakeup::new(chan.fd())?;
+        let rx_len = cfg.rx_queue_len as usize;
+        let batch = cfg.rx_max_batch;
+        let wc_len = cfg.tx_max_poll.max(cfg.rx_max_poll);
+        let loss = cfg.loss.is_active().then(|| {
+            tracing::warn!("ud_verbs: injecting faults into received datagrams: {:?}", cfg.loss);
+            LossHook::new(cfg.loss)
+        });
+        let inner = Rc::new(IfaceInner {
+            _dev: dev.clone(),
+            pd: md.pd.clone(),
+            port,
+            gid,
+            attr,
+            am: AmTable::new(),
+            pending: PendingQueue::new(),
+            err_handler: params.err_handler.clone(),
+            qp,
+            chan,
+            send_cq,
+            recv_cq,
+            wakeup,
+            rx: RefCell::new(Rx {
+                slots: (0..rx_len).map(|_| None).collect(),
+                refill: (0..rx_len as u32).rev().collect(),
+                // SAFETY: zero is a valid bit pattern for these plain structs.
+                wrs: vec![unsafe { std::mem::zeroed() }; batch],
+                // SAFETY: as above.
+                sges: vec![unsafe { std::mem::zeroed() }; batch],
+                delayed: Vec::new(),
+            }),
+            tx: RefCell::new(Tx {
+                available: cfg.tx_queue_len as i64,
+                unsignaled: 0,
+                sn: 0,
+                done_sn: 0,
+                outstanding: VecDeque::new(),
+            }),
+            core: RefCell::new(core),
+            eps: RefCell::new(Vec::new()),
+            groups: RefCell::new(HashMap::new()),
+            ahs: RefCell::new(HashMap::new()),
+            tx_pool,
+            tx_chunks,
+            rx_pool,
+            rx_chunks,
+            loss: RefCell::new(loss),
+            next_timer: Cell::new(u64::MAX),
+            stash_tx: RefCell::new(Vec::new()),
+            stash_rx: RefCell::new(Vec::new()),
+            wc: RefCell::new(vec![zeroed_wc(); wc_len]),
+            max_inline,
+            max_packet,
+            rx_buf_len,
+            stats: Cell::new(UdVerbsStats::default()),
+            warned_put: Cell::new(false),
+            progress: ProgressRegistration::new(worker),
+            cfg,
+        });
+        let posted = inner.refill();
+        if posted < rx_len {
+            tracing::warn!("ud_verbs: posted {posted} of {rx_len} receives");
+        }
+        tracing::debug!(
+            qpn = inner.qp.qp_num(),
+            max_packet,
+            max_inline,
+            "ud_verbs: opened {}:{}",
+            dev.name,
+            inner.port.num
+        );
+        Ok(UdVerbsIface { inner })
+    }
+
+    /// Counters: traffic, injected faults, refused puts, and the reliability counters of the
+    /// live endpoints.
+    pub fn stats(&self) -> UdVerbsStats {
+        self.inner.stats()
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &UdVerbsConfig {
+        &self.inner.cfg
+    }
+
+    /// The UD QP number (the interface address).
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qp.qp_num()
+    }
+
+    /// Waits up to `timeout` for the event descriptor to become readable (after a successful
+    /// [`event_arm`](Iface::event_arm)); true when it did. A convenience for tests and simple
+    /// loops; a real application polls [`event_fd`](Iface::event_fd) with its other
+    /// descriptors.
+    pub fn wait_event(&self, timeout: Option<std::time::Duration>) -> UcsResult<bool> {
+        self.inner.wakeup.wait(timeout)
+    }
+}
+
+impl Iface for UdVerbsIface {
+    fn attr(&self) -> &IfaceAttr {
+        &self.inner.attr
+    }
+
+    fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    fn progress_enable(&self, _flags: ProgressFlags) {
+        self.inner.progress.enable_for(&self.inner, |i| i.progress());
+    }
+
+    fn progress_disable(&self, _flags: ProgressFlags) {
+        self.inner.progress.disable();
+    }
+
+    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
+        self.inner.am.set(id, handler)
+    }
+
+    fn device_address(&self) -> Vec<u8> {
+        self.inner.core.borrow().local_addr().dev_addr.as_bytes().to_vec()
+    }
+
+    fn iface_address(&self) -> Vec<u8> {
+        self.inner.qp.qp_num().to_le_bytes().to_vec()
+    }
+
+    fn is_reachable(&self, dev_addr: &[u8], iface_addr: Option<&[u8]>) -> bool {
+        let Some(peer) = DevAddr::unpack(dev_addr) else { return false };
+        if peer.eth != (self.inner.port.link_layer == LinkLayer::Ethernet) {
+            return false;
+        }
+        // Datagrams are as large as this port's MTU allows: a peer on a smaller MTU would
+        // drop the largest ones.
+        if crate::device::mtu_bytes(u32::from(peer.mtu_enum)) < self.inner.max_packet {
+            tracing::debug!(peer_mtu = peer.mtu_enum, "ud_verbs: peer MTU smaller than our datagrams");
+            return false;
+        }
+        iface_addr.is_none_or(|a| unpack_ep_addr(a).is_some())
+    }
+
+    fn ep_create(&self, params: &EpParams<'_>) -> UcsResult<Box<dyn Ep>> {
+        match params.connect {
+            EpConnect::ToIface { dev_addr, iface_addr } => {
+                Ok(Box::new(UdVerbsEp::create(&self.inner, dev_addr, iface_addr, params.user_data)?))
+            }
+            EpConnect::ToEp => {
+                tracing::debug!("ud_verbs connects to interfaces only");
+                Err(Status::Unsupported)
+            }
+        }
+    }
+
+    fn flush(&self, flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
+        let ids: Vec<u32> = self.inner.core.borrow().ep_ids().collect();
+        let agg = comp.map(|c| {
+            let c = c.clone();
+            Completion::new(1, move |st| c.complete(st))
+        });
+        let mut busy = 0;
+        for id in ids {
+            match self.inner.flush_ep(id, flags, agg.as_ref())? {
+                Outcome::Done(()) => {}
+                Outcome::InProgress => busy += 1,
+                Outcome::NoResource => return Ok(Outcome::NoResource),
+            }
+        }
+        if busy == 0 {
+            return Ok(Outcome::Done(()));
+        }
+        if let Some(a) = &agg {
+            // `busy` flushes hold the aggregate; it fires once all of them completed.
+            a.set_count(busy);
+        }
+        Ok(Outcome::InProgress)
+    }
+
+    fn event_fd(&self) -> UcsResult<RawFd> {
+        Ok(self.inner.wakeup.fd())
+    }
+
+    fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
+        let i = &self.inner;
+        let now = ucs::time::now();
+        let fired = i.chan.drain() + i.wakeup.drain_timer() as usize;
+        if fired > 0 || !i.stash_tx.borrow().is_empty() || !i.stash_rx.borrow().is_empty() {
+            return Err(Status::Busy);
+        }
+        if !i.rx.borrow().delayed.is_empty() {
+            return Err(Status::Busy);
+        }
+        if !i.rx.borrow().refill.is_empty() {
+            i.refill();
+        }
+        // Anything the core owes the network goes now; what cannot go waits for a send
+        // completion, which raises an event.
+        i.drain_transmits(now);
+        match i.core.borrow().poll_timeout() {
+            Some(t) if t <= now => return Err(Status::Busy),
+            deadline => i.wakeup.set_timer(deadline)?,
+        }
+        if events.contains(EventFlags::SEND_COMP) {
+            i.send_cq.arm(false)?;
+        }
+        // Acknowledgements arrive as receives, so sends need the receive CQ armed too.
+        if events.intersects(EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::RECV_SIG) {
+            let solicited = !events.intersects(EventFlags::SEND_COMP | EventFlags::RECV);
+            i.recv_cq.arm(solicited)?;
+        }
+        // Completions that arrived before arming raise no event: collect them now.
+        let mut wc = i.wc.borrow_mut();
+        let n = i.send_cq.poll(&mut wc);
+        i.stash_tx.borrow_mut().extend_from_slice(&wc[..n]);
+        let m = i.recv_cq.poll(&mut wc);
+        i.stash_rx.borrow_mut().extend_from_slice(&wc[..m]);
+        if n + m > 0 {
+            return Err(Status::Busy);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UdVerbsIface {
+    fn drop(&mut self) {
+        tracing::debug!(stats = ?self.stats(), "ud_verbs: closing the interface");
+        self.inner.progress.disable();
+        self.inner.am.clear();
+        self.inner.pending.clear();
+    }
+}
+
+impl std::fmt::Debug for UdVerbsIface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdVerbsIface").field("qpn", &self.qp_num()).field("max_packet", &self.inner.max_packet).finish()
+    }
+}
