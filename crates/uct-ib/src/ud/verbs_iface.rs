@@ -351,6 +351,12 @@ impl IfaceInner {
                 sys::wc_status_str(wc.status),
                 wc.vendor_err
             );
+            // A send error leaves a UD QP in the send-queue-error state; the datagram is lost
+            // (the reliability layer resends it), the QP goes back to sending.
+            // SAFETY: zero is a valid bit pattern for the attribute struct.
+            let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = sys::IBV_QPS_RTS;
+            let _ = self.qp.modify(&mut a, sys::IBV_QP_STATE, "SQE->RTS");
         }
         let mut tx = self.tx.borrow_mut();
         let sn = wc.wr_id;
@@ -372,15 +378,16 @@ impl IfaceInner {
             tracing::error!(wr_id = wc.wr_id, "ud_verbs: receive completion for an empty slot");
             return None;
         };
-        rx.refill.push(idx as u32);
         if wc.status != sys::IBV_WC_SUCCESS {
+            rx.slots[idx] = Some(buf);
+            // A flushed receive means the QP is going away: do not post it again.
             if wc.status != sys::IBV_WC_WR_FLUSH_ERR {
                 tracing::warn!("ud_verbs: receive completion with error: {}", sys::wc_status_str(wc.status));
+                rx.refill.push(idx as u32);
             }
-            rx.slots[idx] = Some(buf);
-            rx.refill.pop();
             return None;
         }
+        rx.refill.push(idx as u32);
         let total = wc.byte_len as usize;
         if total < GRH_LEN + NETH_LEN || total > self.rx_buf_len {
             drop(rx);
@@ -720,19 +727,22 @@ impl IfaceInner {
             n += self.handle_rx(now, wc);
         }
 
-        let mut wc = self.wc.borrow_mut();
-        let got = self.send_cq.poll(&mut wc[..self.cfg.tx_max_poll]);
+        // The completion array is taken out while handlers run (no copy, no allocation); a
+        // nested call would find it empty and poll nothing.
+        let mut wc = std::mem::take(&mut *self.wc.borrow_mut());
+        let tx_n = self.cfg.tx_max_poll.min(wc.len());
+        let got = self.send_cq.poll(&mut wc[..tx_n]);
         for w in &wc[..got] {
             self.handle_tx(w);
         }
         n += got;
         let delayed = std::mem::take(&mut self.rx.borrow_mut().delayed);
-        let got = self.recv_cq.poll(&mut wc[..self.cfg.rx_max_poll]);
-        let batch: Vec<sys::ibv_wc> = wc[..got].to_vec();
-        drop(wc);
-        for w in &batch {
+        let rx_n = self.cfg.rx_max_poll.min(wc.len());
+        let got = self.recv_cq.poll(&mut wc[..rx_n]);
+        for w in &wc[..got] {
             n += self.handle_rx(now, w);
         }
+        *self.wc.borrow_mut() = wc;
         // Datagrams the loss injector held back arrive after those polled now.
         for d in delayed {
             n += self.on_datagram(now, d);
@@ -996,6 +1006,24 @@ impl UdVerbsIface {
     /// The UD QP number (the interface address).
     pub fn qp_num(&self) -> u32 {
         self.inner.qp.qp_num()
+    }
+
+    /// Testing hook: processes `packet` (network header first) as if it had just been
+    /// received, through the same validation and delivery as a real datagram (loss injection
+    /// aside). Lets tests feed malformed or forged datagrams without a raw queue pair. False
+    /// when no receive buffer was free or `packet` is larger than a datagram can be.
+    #[doc(hidden)]
+    pub fn inject_datagram(&self, packet: &[u8]) -> bool {
+        let i = &self.inner;
+        if GRH_LEN + packet.len() > i.rx_buf_len {
+            return false;
+        }
+        let Some(mut buf) = i.rx_pool.get_buf() else { return false };
+        buf[..GRH_LEN].fill(0);
+        buf[GRH_LEN..GRH_LEN + packet.len()].copy_from_slice(packet);
+        bump(&i.stats, |s| s.rx_datagrams += 1);
+        i.on_datagram(ucs::time::now(), RxDesc { buf: Some(buf), len: packet.len() });
+        true
     }
 
     /// Waits up to `timeout` for the event descriptor to become readable (after a successful
