@@ -289,6 +289,11 @@ fn configuration_errors() {
     assert_eq!(try_open("SEG_SIZE", "4k"), Ok(()));
     // Addresses from peers are checked.
     let (a, _) = open(&md, port, &worker, &[]);
+    let at = a.attr();
+    eprintln!(
+        "{dev}: am short {} bcopy {} zcopy {} (header {}), put short {}, flags {:?}",
+        at.am.max_short, at.am.max_bcopy, at.am.max_zcopy, at.am.max_hdr, at.put.max_short, at.flags
+    );
     let good_dev = a.device_address();
     assert!(!a.is_reachable(&good_dev[..5], None));
     assert!(!a.is_reachable(&good_dev, Some(&[1, 2, 3])));
