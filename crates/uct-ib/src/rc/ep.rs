@@ -548,6 +548,38 @@ impl RcEp {
     }
 }
 
+impl RcEp {
+    /// RDMA WRITE or READ between registered local memory (`iov`) and the remote region;
+    /// reads always ask for a completion, writes when the caller waits for one.
+    ///
+    /// # Safety
+    /// The iov buffers must stay valid (and, for writes, unmodified) until completion.
+    unsafe fn rdma_zcopy(
+        &self,
+        opcode: sys::ibv_wr_opcode,
+        max: usize,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        let s = &self.s;
+        let len = iov_total_len(iov);
+        check_length(len, max, if opcode == sys::IBV_WR_RDMA_READ { "get_zcopy" } else { "put_zcopy" })?;
+        let rk = self.rkey_checked(rkey, remote_addr, len)?;
+        let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; 8];
+        let n = s.sges_from_iov(iov, &mut sges[..s.iface.max_send_sge.min(8)])?;
+        let signal = opcode == sys::IBV_WR_RDMA_READ || comp.is_some();
+        if let Outcome::NoResource = s.ready(signal)? {
+            return Ok(Outcome::NoResource);
+        }
+        let mut wr = send_wr(opcode, sges.as_mut_ptr(), n as i32, 0);
+        wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey: rk };
+        s.post(&mut wr, signal, comp.map(|c| Op::Comp(c.clone())))?;
+        Ok(Outcome::InProgress)
+    }
+}
+
 impl Drop for RcEp {
     fn drop(&mut self) {
         let s = &self.s;
@@ -601,19 +633,9 @@ impl Ep for RcEp {
         rkey: &RemoteKey,
         comp: Option<&Rc<Completion>>,
     ) -> OpResult {
-        let s = &self.s;
-        let len = iov_total_len(iov);
-        check_length(len, s.iface.attr.put.max_zcopy, "put_zcopy")?;
-        let rk = self.rkey_checked(rkey, remote_addr, len)?;
-        let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; 8];
-        let n = s.sges_from_iov(iov, &mut sges[..s.iface.max_send_sge.min(8)])?;
-        if let Outcome::NoResource = s.ready(comp.is_some())? {
-            return Ok(Outcome::NoResource);
-        }
-        let mut wr = send_wr(sys::IBV_WR_RDMA_WRITE, sges.as_mut_ptr(), n as i32, 0);
-        wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey: rk };
-        s.post(&mut wr, comp.is_some(), comp.map(|c| Op::Comp(c.clone())))?;
-        Ok(Outcome::InProgress)
+        let max = self.s.iface.attr.put.max_zcopy;
+        // SAFETY: forwarded (caller).
+        unsafe { self.rdma_zcopy(sys::IBV_WR_RDMA_WRITE, max, iov, remote_addr, rkey, comp) }
     }
 
     unsafe fn get_bcopy(
@@ -645,19 +667,9 @@ impl Ep for RcEp {
         rkey: &RemoteKey,
         comp: Option<&Rc<Completion>>,
     ) -> OpResult {
-        let s = &self.s;
-        let len = iov_total_len(iov);
-        check_length(len, s.iface.attr.get.max_zcopy, "get_zcopy")?;
-        let rk = self.rkey_checked(rkey, remote_addr, len)?;
-        let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; 8];
-        let n = s.sges_from_iov(iov, &mut sges[..s.iface.max_send_sge.min(8)])?;
-        if let Outcome::NoResource = s.ready(true)? {
-            return Ok(Outcome::NoResource);
-        }
-        let mut wr = send_wr(sys::IBV_WR_RDMA_READ, sges.as_mut_ptr(), n as i32, 0);
-        wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey: rk };
-        s.post(&mut wr, true, comp.map(|c| Op::Comp(c.clone())))?;
-        Ok(Outcome::InProgress)
+        let max = self.s.iface.attr.get.max_zcopy;
+        // SAFETY: forwarded (caller).
+        unsafe { self.rdma_zcopy(sys::IBV_WR_RDMA_READ, max, iov, remote_addr, rkey, comp) }
     }
 
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
