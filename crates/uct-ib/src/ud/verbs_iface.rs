@@ -33,7 +33,7 @@ use uct::{
 };
 
 use super::conn::{IfaceEvent, ReleaseReason, RxOutcome, Transmit, UdIface};
-use super::loss::{Fate, LossHook};
+use super::loss::{Fate, LossConfig, LossHook};
 use super::verbs_config::UdVerbsConfig;
 use super::verbs_ep::UdVerbsEp;
 use super::wakeup::Wakeup;
@@ -996,6 +996,17 @@ impl UdVerbsIface {
     /// live endpoints.
     pub fn stats(&self) -> UdVerbsStats {
         self.inner.stats()
+    }
+
+    /// Changes the fault injection on received datagrams at run time (`UCX_UD_VERBS_LOSS` sets
+    /// it at open); the generator keeps its position, so a seeded run stays reproducible.
+    pub fn set_loss(&self, loss: LossConfig) {
+        let mut hook = self.inner.loss.borrow_mut();
+        match hook.as_mut() {
+            Some(h) => h.set_config(loss),
+            None if loss.is_active() => *hook = Some(LossHook::new(loss)),
+            None => {}
+        }
     }
 
     /// The settings in use.

@@ -1,0 +1,128 @@
+//! The `ud_verbs` data path allocates nothing once warm: `am_short`, `am_bcopy`, receiving,
+//! handler calls, acknowledgements and send completions over the real transport, measured with
+//! a counting global allocator (with injected loss, so resends and NAKs are on the measured
+//! path too). Needs an RDMA device: run with `tools/rdma-vm/test`.
+
+mod ud_common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ucs::Outcome;
+use uct::{AmRecv, Iface, SendFlags, Worker};
+use uct_ib::ud::LossConfig;
+use ud_common::{connect, device, open};
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note() {
+    if COUNTING.with(Cell::get) {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged;
+// counting touches only an atomic and a const-initialised thread local, which never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: same contract as `GlobalAlloc::alloc`, passed through.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: same contract as `GlobalAlloc::alloc_zeroed`, passed through.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: same contract as `GlobalAlloc::realloc`, passed through.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as `GlobalAlloc::dealloc`, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const AM: u8 = 2;
+
+#[test]
+fn warm_data_path_allocates_nothing() {
+    let Some((md, port)) = device() else { return };
+    let worker = Worker::default();
+    // A bounded window, so the send windows reach their largest size during the warm-up.
+    let cfg = [("MAX_WINDOW", "64"), ("RX_QUEUE_LEN", "1024")];
+    let (a, _) = open(&md, port, &worker, &cfg);
+    let (b, _) = open(&md, port, &worker, &cfg);
+    let got = [Rc::new(Cell::new(0u64)), Rc::new(Cell::new(0u64))];
+    for (iface, n) in [(&a, &got[0]), (&b, &got[1])] {
+        let n = n.clone();
+        let h = move |m: AmRecv<'_>| {
+            let seq = u64::from_ne_bytes(m.data()[..8].try_into().unwrap());
+            assert_eq!(seq, n.get(), "in order, exactly once");
+            n.set(seq + 1);
+        };
+        iface.set_am_handler(AM, Some(Rc::new(h))).unwrap();
+    }
+    let eps = [connect(&a, &b, 0), connect(&b, &a, 0)];
+    let payload = [0x5au8; 40];
+    let mut sent = [0u64; 2];
+    let mut run = |target: u64| {
+        let start = Instant::now();
+        while got[0].get() < target || got[1].get() < target {
+            for (k, ep) in eps.iter().enumerate() {
+                while sent[k] < target {
+                    let seq = sent[k];
+                    let r = if seq % 2 == 0 {
+                        ep.am_short(AM, seq, &payload)
+                    } else {
+                        let mut pack = |buf: &mut [u8]| {
+                            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+                            buf[8..500].fill(0xa5);
+                            500
+                        };
+                        ep.am_bcopy(AM, &mut pack, SendFlags::empty()).map(|o| o.map(|_| ()))
+                    };
+                    match r.expect("send") {
+                        Outcome::Done(()) => sent[k] += 1,
+                        _ => break,
+                    }
+                }
+            }
+            worker.progress();
+            assert!(start.elapsed() < Duration::from_secs(120), "stuck at {} / {}", got[0].get(), got[1].get());
+        }
+    };
+    // Warm up: without loss the windows open to their ceiling and fill (a window never holds
+    // more), then with loss; descriptor pools and queues reach their high-water marks.
+    run(4000);
+    let loss = LossConfig { drop_ppm: 20_000, seed: 3, ..LossConfig::default() };
+    a.set_loss(loss);
+    b.set_loss(LossConfig { seed: 4, ..loss });
+    run(8000);
+    let resent_before = a.stats().resent + b.stats().resent;
+
+    COUNTING.with(|c| c.set(true));
+    run(16_000);
+    COUNTING.with(|c| c.set(false));
+
+    let resent = a.stats().resent + b.stats().resent;
+    assert!(resent > resent_before, "the measured run resent lost packets");
+    assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "allocations on the warm data path");
+}
