@@ -24,25 +24,32 @@ use std::rc::Rc;
 use rdma_core_sys as sys;
 use ucs::arbiter::GroupId;
 use ucs::fraglist::Sn16;
-use ucs::mpool::{MemPool, PoolBuf};
+use ucs::mpool::MemPool;
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    AmHandler, AmRecv, AmTable, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, EventFlags,
-    FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
-    ProgressRegistration, Resources, Worker,
+    AmHandler, AmTable, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, EventFlags, FlushFlags, Iface,
+    IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags, ProgressRegistration,
+    Resources, Worker,
 };
 
-use super::conn::{IfaceEvent, ReleaseReason, RxOutcome, Transmit, UdIface};
-use super::loss::{Fate, LossConfig, LossHook};
+use super::conn::{IfaceEvent, UdIface};
+use super::loss::{LossConfig, LossHook};
 use super::verbs_config::UdVerbsConfig;
 use super::verbs_ep::UdVerbsEp;
 use super::wakeup::Wakeup;
-use super::wire::{self, Creq, CtlPacket, Neth, Packet, PacketKind, PeerAddr, NETH_LEN};
+use super::wire::{self, PeerAddr, NETH_LEN};
 use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
 use crate::md::IbMd;
 use crate::pool::{reg_pool, RegChunks};
 use crate::rc::{unpack_ep_addr, DevAddr, DEV_ADDR_LEN};
-use crate::verbs::{remote_write_allowed, Ah, CompChannel, Cq, Pd, Qp};
+use crate::verbs::{Ah, CompChannel, Cq, Pd, Qp};
+
+mod rx;
+mod tx;
+
+use rx::Rx;
+pub(crate) use rx::RxDesc;
+use tx::Tx;
 
 /// Bytes UD reserves in front of every received datagram for the global route header.
 pub const GRH_LEN: usize = 40;
@@ -59,44 +66,6 @@ pub const IFACE_ADDR_LEN: usize = 4;
 
 /// Largest user header of a zero-copy active message (at most half the datagram payload).
 const MAX_AM_HDR: usize = 128;
-
-/// Send completions are requested every this many sends (UCX `UCT_UD_TX_MODERATION`).
-const TX_MODERATION: u32 = 64;
-
-/// A received datagram as the reliability core holds it: the pool buffer (GRH area first) and
-/// the length of the packet after the GRH area.
-#[derive(Debug)]
-pub(crate) struct RxDesc {
-    buf: Option<PoolBuf>,
-    len: usize,
-}
-
-impl AsRef<[u8]> for RxDesc {
-    fn as_ref(&self) -> &[u8] {
-        self.buf.as_ref().and_then(|b| b.as_slice().get(GRH_LEN..GRH_LEN + self.len)).unwrap_or(&[])
-    }
-}
-
-/// Receive side: one slot per posted receive (the slot index is the work request id).
-struct Rx {
-    slots: Vec<Option<PoolBuf>>,
-    /// Slots whose receive completed and must be posted again.
-    refill: Vec<u32>,
-    wrs: Vec<sys::ibv_recv_wr>,
-    sges: Vec<sys::ibv_sge>,
-    /// Datagrams the loss injector holds back, processed after the next poll.
-    delayed: Vec<RxDesc>,
-}
-
-/// Send side: send-queue credits and the descriptors of posted, unretired sends.
-struct Tx {
-    available: i64,
-    unsignaled: u32,
-    /// Number of the last posted request, and of the last retired one.
-    sn: u64,
-    done_sn: u64,
-    outstanding: VecDeque<(u64, PoolBuf)>,
-}
 
 /// What the uct layer keeps per core endpoint.
 pub(crate) struct EpState {
@@ -258,286 +227,6 @@ impl IfaceInner {
         Ok(ah)
     }
 
-    /// Posts one datagram to `qpn` through `ah`: inline when it fits, else from a registered
-    /// descriptor: `desc`, whose bytes from `filled` on already equal `bytes` (the packed
-    /// payload of a bcopy), or a fresh one. The caller checked that a send-queue slot is free.
-    fn post(&self, bytes: &[u8], ah: &Ah, qpn: u32, desc: Option<(PoolBuf, usize)>) -> UcsResult<()> {
-        let inline = bytes.len() <= self.max_inline;
-        let mut keep = None;
-        let mut sge = sys::ibv_sge { addr: bytes.as_ptr() as u64, length: bytes.len() as u32, lkey: 0 };
-        if !inline {
-            let (mut d, filled) = match desc {
-                Some((d, filled)) => (d, filled.min(bytes.len())),
-                None => (self.tx_pool.get_buf().ok_or(Status::NoResource)?, bytes.len()),
-            };
-            let dst = d.as_mut_slice().get_mut(..filled).ok_or(Status::InvalidParam)?;
-            dst.copy_from_slice(&bytes[..filled]);
-            if d.len() < bytes.len() {
-                return Err(Status::InvalidParam);
-            }
-            let lkey = self.tx_chunks.lkey(d.as_ptr()).ok_or(Status::IoError)?;
-            sge = sys::ibv_sge { addr: d.as_ptr() as u64, length: bytes.len() as u32, lkey };
-            keep = Some(d);
-        }
-        let mut tx = self.tx.borrow_mut();
-        let signal = tx.unsignaled + 1 >= TX_MODERATION.min(self.cfg.tx_queue_len / 2).max(1) || tx.available <= 1;
-        // SAFETY: zero is a valid bit pattern for a work request.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        let sn = tx.sn + 1;
-        wr.wr_id = sn;
-        wr.opcode = sys::IBV_WR_SEND;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.send_flags = if inline { sys::IBV_SEND_INLINE } else { 0 } | if signal { sys::IBV_SEND_SIGNALED } else { 0 };
-        wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 { ah: ah.as_ptr(), remote_qpn: qpn, remote_qkey: QKEY };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: the QP is live; wr and its SGE are valid for the call; the SGE points at
-        // inline bytes (copied by the post) or at a registered descriptor kept in
-        // `tx.outstanding` until a completion retires the request; the address handle lives in
-        // `ahs` for as long as the interface (whose QP is destroyed first).
-        let r = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
-        if r != 0 {
-            tracing::error!("ud_verbs: ibv_post_send failed: {}", std::io::Error::from_raw_os_error(r));
-            return Err(Status::IoError);
-        }
-        tx.sn = sn;
-        tx.available -= 1;
-        tx.unsignaled = if signal { 0 } else { tx.unsignaled + 1 };
-        if let Some(d) = keep {
-            tx.outstanding.push_back((sn, d));
-        }
-        drop(tx);
-        bump(&self.stats, |s| s.tx_posted += 1);
-        Ok(())
-    }
-
-    /// True when a send-queue slot is free.
-    pub(crate) fn tx_available(&self) -> bool {
-        self.tx.borrow().available > 0
-    }
-
-    /// Posts what the core returned for a send (see [`post`](Self::post) for `desc`).
-    pub(crate) fn post_transmit(&self, t: &Transmit<'_>, desc: Option<(PoolBuf, usize)>) -> UcsResult<()> {
-        let ah = self.ah_for(&t.peer.dev_addr)?;
-        self.post(t.bytes, &ah, t.peer.qp_num, desc)
-    }
-
-    /// A registered send descriptor (for bcopy packing), or `None` when the pool is exhausted.
-    pub(crate) fn tx_desc(&self) -> Option<PoolBuf> {
-        self.tx_pool.get_buf()
-    }
-
-    /// Posts the control packets, resends and acknowledgements the core has, while send-queue
-    /// slots last.
-    pub(crate) fn drain_transmits(&self, now: u64) -> usize {
-        let mut n = 0;
-        while self.tx_available() {
-            let mut core = self.core.borrow_mut();
-            let Some(t) = core.poll_transmit(now) else { break };
-            if let Err(e) = self.post_transmit(&t, None) {
-                // The datagram is lost; the reliability layer recovers from that.
-                tracing::debug!(ep = t.ep, "ud_verbs: could not post a {:?} datagram: {e}", t.kind);
-            }
-            n += 1;
-        }
-        n
-    }
-
-    /// Retires send requests up to the one a completion names.
-    fn handle_tx(&self, wc: &sys::ibv_wc) {
-        if wc.status != sys::IBV_WC_SUCCESS && wc.status != sys::IBV_WC_WR_FLUSH_ERR {
-            tracing::error!(
-                "ud_verbs: send completion with error: {} (vendor error {:#x})",
-                sys::wc_status_str(wc.status),
-                wc.vendor_err
-            );
-            // A send error leaves a UD QP in the send-queue-error state; the datagram is lost
-            // (the reliability layer resends it), the QP goes back to sending.
-            // SAFETY: zero is a valid bit pattern for the attribute struct.
-            let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-            a.qp_state = sys::IBV_QPS_RTS;
-            let _ = self.qp.modify(&mut a, sys::IBV_QP_STATE, "SQE->RTS");
-        }
-        let mut tx = self.tx.borrow_mut();
-        let sn = wc.wr_id;
-        if sn <= tx.done_sn || sn > tx.sn {
-            return;
-        }
-        tx.available += (sn - tx.done_sn) as i64;
-        tx.done_sn = sn;
-        while tx.outstanding.front().is_some_and(|(s, _)| *s <= sn) {
-            tx.outstanding.pop_front();
-        }
-    }
-
-    /// Takes the buffer of a receive completion; `None` (buffer back in its slot) for errors.
-    fn take_rx(&self, wc: &sys::ibv_wc) -> Option<RxDesc> {
-        let idx = wc.wr_id as usize;
-        let mut rx = self.rx.borrow_mut();
-        let Some(buf) = rx.slots.get_mut(idx).and_then(Option::take) else {
-            tracing::error!(wr_id = wc.wr_id, "ud_verbs: receive completion for an empty slot");
-            return None;
-        };
-        if wc.status != sys::IBV_WC_SUCCESS {
-            rx.slots[idx] = Some(buf);
-            // A flushed receive means the QP is going away: do not post it again.
-            if wc.status != sys::IBV_WC_WR_FLUSH_ERR {
-                tracing::warn!("ud_verbs: receive completion with error: {}", sys::wc_status_str(wc.status));
-                rx.refill.push(idx as u32);
-            }
-            return None;
-        }
-        rx.refill.push(idx as u32);
-        let total = wc.byte_len as usize;
-        if total < GRH_LEN + NETH_LEN || total > self.rx_buf_len {
-            drop(rx);
-            bump(&self.stats, |s| s.rx_malformed += 1);
-            tracing::debug!(byte_len = total, "ud_verbs: dropped a datagram of impossible length");
-            return None;
-        }
-        Some(RxDesc { buf: Some(buf), len: total - GRH_LEN })
-    }
-
-    /// Processes one receive completion: loss injection, then the core.
-    fn handle_rx(&self, now: u64, wc: &sys::ibv_wc) -> usize {
-        let Some(desc) = self.take_rx(wc) else { return 0 };
-        bump(&self.stats, |s| s.rx_datagrams += 1);
-        let fate = self.loss.borrow_mut().as_mut().map_or(Fate::Deliver, LossHook::fate);
-        match fate {
-            Fate::Deliver => self.on_datagram(now, desc),
-            Fate::Drop => {
-                bump(&self.stats, |s| s.loss_dropped += 1);
-                0
-            }
-            Fate::Reorder => {
-                bump(&self.stats, |s| s.loss_reordered += 1);
-                self.rx.borrow_mut().delayed.push(desc);
-                0
-            }
-            Fate::Duplicate => {
-                bump(&self.stats, |s| s.loss_duplicated += 1);
-                let copy = self.rx_pool.get_buf().map(|mut b| {
-                    let n = (GRH_LEN + desc.len).min(b.len());
-                    if let Some(src) = desc.buf.as_ref() {
-                        b[..n].copy_from_slice(&src[..n]);
-                    }
-                    RxDesc { buf: Some(b), len: desc.len }
-                });
-                let mut n = self.on_datagram(now, desc);
-                if let Some(c) = copy {
-                    n += self.on_datagram(now, c);
-                }
-                n
-            }
-        }
-    }
-
-    /// Checks a connection request's device address before the core sees it (it creates an
-    /// endpoint for any well-formed request), and creates the address handle the reply needs.
-    fn creq_acceptable(&self, creq: &Creq) -> bool {
-        match self.ah_for(&creq.dev_addr) {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(dev = ?creq.dev_addr, "ud_verbs: dropped a connection request from an unusable address: {e}");
-                false
-            }
-        }
-    }
-
-    /// Hands one datagram to the core and delivers what became deliverable.
-    fn on_datagram(&self, now: u64, desc: RxDesc) -> usize {
-        let to_null = Neth::decode(desc.as_ref()).is_ok_and(|n| n.dest_ep_id == wire::EP_NULL_ID);
-        if to_null {
-            if let Ok(Packet::Ctl { ctl: CtlPacket::Creq(creq), .. }) = Packet::decode(desc.as_ref()) {
-                if !self.creq_acceptable(&creq) {
-                    bump(&self.stats, |s| s.rx_malformed += 1);
-                    return 0;
-                }
-            }
-        }
-        let outcome = self.core.borrow_mut().on_packet(now, desc);
-        self.note_activity(now);
-        let ep = outcome.ep();
-        let mut n = 1;
-        match outcome {
-            RxOutcome::Deliver { ep, kind, desc } => self.deliver(ep, kind, desc),
-            RxOutcome::Held { .. } => {}
-            RxOutcome::Release { reason, .. } => match reason {
-                ReleaseReason::Invalid(e) => {
-                    bump(&self.stats, |s| s.rx_malformed += 1);
-                    tracing::debug!("ud_verbs: dropped a malformed datagram: {e}");
-                }
-                ReleaseReason::Rejected => tracing::debug!("ud_verbs: rejected a control packet"),
-                ReleaseReason::UnknownEp => tracing::trace!("ud_verbs: datagram for an unknown endpoint"),
-                _ => {}
-            },
-        }
-        if let Some(ep) = ep {
-            loop {
-                let next = self.core.borrow_mut().pull(ep);
-                match next {
-                    Some((kind @ (PacketKind::Am(_) | PacketKind::Put), desc)) => {
-                        self.deliver(ep, kind, desc);
-                        n += 1;
-                    }
-                    Some(_) => {}
-                    None => break,
-                }
-            }
-            self.after_ep_activity(ep);
-        }
-        n
-    }
-
-    /// Gives an in-order active message to its handler, or performs a put.
-    fn deliver(&self, ep: u32, kind: PacketKind, mut desc: RxDesc) {
-        match kind {
-            PacketKind::Am(id) => {
-                let len = desc.len.saturating_sub(NETH_LEN);
-                let _ = self.am.invoke(id, AmRecv::from_desc(&mut desc.buf, GRH_LEN + NETH_LEN, len));
-            }
-            PacketKind::Put => self.do_put(ep, desc.as_ref().get(NETH_LEN..).unwrap_or(&[])),
-            _ => {}
-        }
-    }
-
-    /// Writes a put (remote address, remote key, data) into local memory, if a live
-    /// registration with remote write access covers it.
-    fn do_put(&self, ep: u32, payload: &[u8]) {
-        let Some((hdr, data)) = payload.split_first_chunk::<PUT_HDR_LEN>() else {
-            bump(&self.stats, |s| s.rx_malformed += 1);
-            tracing::debug!(ep, "ud_verbs: put shorter than its header");
-            return;
-        };
-        let addr = u64::from_le_bytes(hdr[..8].try_into().unwrap_or_default());
-        let rkey = u32::from_le_bytes(hdr[8..].try_into().unwrap_or_default());
-        if data.is_empty() {
-            return;
-        }
-        if !remote_write_allowed(&self.pd, rkey, addr, data.len()) {
-            bump(&self.stats, |s| s.put_rejected += 1);
-            if !self.warned_put.replace(true) {
-                tracing::warn!(
-                    ep,
-                    addr,
-                    rkey,
-                    len = data.len(),
-                    "ud_verbs: refused a put outside every registration with remote write access (further ones \
-                     are logged at debug level)"
-                );
-            } else {
-                tracing::debug!(ep, addr, rkey, len = data.len(), "ud_verbs: refused a put");
-            }
-            return;
-        }
-        // SAFETY: [addr, addr + len) lies inside a live registration of this protection domain
-        // with remote write access (checked just above, on this thread, which owns every such
-        // registration): memory its owner mapped and exposed to remote writes, exactly what an
-        // RDMA WRITE with that key could reach. The source is the receive buffer, which does
-        // not overlap user registrations.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
-    }
-
     /// After packets for endpoint `ep`: fire the flushes its acknowledgements completed, and
     /// let its pending requests run when it can send again.
     fn after_ep_activity(&self, ep: u32) {
@@ -649,51 +338,6 @@ impl IfaceInner {
         self.drain_transmits(now);
         let core_next = self.core.borrow().poll_timeout().unwrap_or(u64::MAX);
         self.next_timer.set(core_next.min(next_linger));
-    }
-
-    fn refill(&self) -> usize {
-        let mut rx = self.rx.borrow_mut();
-        let rx = &mut *rx;
-        let mut posted = 0;
-        while !rx.refill.is_empty() {
-            let batch = rx.refill.len().min(self.cfg.rx_max_batch);
-            let mut n = 0;
-            for k in 0..batch {
-                let idx = rx.refill[rx.refill.len() - 1 - k] as usize;
-                if rx.slots[idx].is_none() {
-                    match self.rx_pool.get_buf() {
-                        Some(b) => rx.slots[idx] = Some(b),
-                        None => break,
-                    }
-                }
-                let ptr = rx.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
-                let Some(lkey) = self.rx_chunks.lkey(ptr) else { break };
-                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.rx_buf_len as u32, lkey };
-                n += 1;
-            }
-            if n == 0 {
-                break;
-            }
-            for k in 0..n {
-                let idx = rx.refill[rx.refill.len() - 1 - k];
-                let next = if k + 1 < n { &mut rx.wrs[k + 1] as *mut sys::ibv_recv_wr } else { std::ptr::null_mut() };
-                let sge = &mut rx.sges[k] as *mut sys::ibv_sge;
-                rx.wrs[k] = sys::ibv_recv_wr { wr_id: idx as u64, next, sg_list: sge, num_sge: 1 };
-            }
-            let mut bad = std::ptr::null_mut();
-            // SAFETY: the QP is live; the chain of n WRs and their SGEs lives in `rx` for the
-            // call; every buffer is a registered pool slot of `rx_buf_len` bytes kept in
-            // `rx.slots` until its completion (and the QP is destroyed before the slots).
-            let r = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), rx.wrs.as_mut_ptr(), &mut bad) };
-            if r != 0 {
-                tracing::error!("ud_verbs: ibv_post_recv failed: {}", std::io::Error::from_raw_os_error(r));
-                break;
-            }
-            let keep = rx.refill.len() - n;
-            rx.refill.truncate(keep);
-            posted += n;
-        }
-        posted
     }
 
     fn dispatch_pending(&self) -> usize {
