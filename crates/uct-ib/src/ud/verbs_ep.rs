@@ -60,10 +60,12 @@ impl UdVerbsEp {
         });
         iface.note_activity(now);
         iface.drain_transmits(now);
-        // A claimed passive endpoint may have failed already: report it like any failure.
+        // A claimed passive endpoint may have failed already: its operations return the
+        // failure status; the error handler is not called (the failure predates the endpoint).
         let failed = iface.core.borrow().ep(id).and_then(|r| r.status().err());
         if let Some(st) = failed {
             tracing::debug!(ep = id, "ud_verbs: new endpoint adopted a failed connection: {st}");
+            iface.with_state(id, |s| s.reported = true);
         }
         Ok(UdVerbsEp { iface: iface.clone(), id, group })
     }

@@ -166,6 +166,7 @@ pub(crate) struct IfaceInner {
     rx_buf_len: usize,
     stats: Cell<UdVerbsStats>,
     warned_put: Cell<bool>,
+    warned_creq: Cell<bool>,
     progress: ProgressRegistration,
 }
 
@@ -618,6 +619,7 @@ impl UdVerbsIface {
             rx_buf_len,
             stats: Cell::new(UdVerbsStats::default()),
             warned_put: Cell::new(false),
+            warned_creq: Cell::new(false),
             progress: ProgressRegistration::new(worker),
             cfg,
         });

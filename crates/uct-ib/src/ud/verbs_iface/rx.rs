@@ -105,7 +105,15 @@ impl IfaceInner {
         match self.ah_for(&creq.dev_addr) {
             Ok(_) => true,
             Err(e) => {
-                tracing::warn!(dev = ?creq.dev_addr, "ud_verbs: dropped a connection request from an unusable address: {e}");
+                if !self.warned_creq.replace(true) {
+                    tracing::warn!(
+                        dev = ?creq.dev_addr,
+                        "ud_verbs: dropped a connection request from an unusable address: {e} (further ones are \
+                         logged at debug level)"
+                    );
+                } else {
+                    tracing::debug!(dev = ?creq.dev_addr, "ud_verbs: dropped a connection request: {e}");
+                }
                 false
             }
         }
@@ -200,9 +208,9 @@ impl IfaceInner {
         // SAFETY: [addr, addr + len) lies inside a live registration of this protection domain
         // with remote write access (checked just above, on this thread, which owns every such
         // registration): memory its owner mapped and exposed to remote writes, exactly what an
-        // RDMA WRITE with that key could reach. The source is the receive buffer, which does
-        // not overlap user registrations.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
+        // RDMA WRITE with that key could reach. `copy` (not `copy_nonoverlapping`): nothing
+        // stops a user from registering the range of a receive buffer.
+        unsafe { std::ptr::copy(data.as_ptr(), addr as usize as *mut u8, data.len()) };
     }
 
     pub(super) fn refill(&self) -> usize {
