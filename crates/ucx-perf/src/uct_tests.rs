@@ -179,6 +179,26 @@ fn take_blob<'a>(b: &mut &'a [u8]) -> Result<&'a [u8], String> {
     Ok(blob)
 }
 
+/// Fails, as `ucx_perftest` does, when the message is larger than the transport allows for the
+/// test's operation and data layout.
+fn check_size_limit(spec: &UctTestSpec, attr: &uct::IfaceAttr, length: usize) -> Result<(), String> {
+    let (what, max) = match (spec.cmd, spec.layout) {
+        (Cmd::Am, Layout::Short | Layout::ShortIov) => ("AM short", attr.am.max_short),
+        (Cmd::Am, Layout::Bcopy) => ("AM bcopy", attr.am.max_bcopy),
+        (Cmd::Am, Layout::Zcopy) => ("AM zcopy", attr.am.max_zcopy),
+        (Cmd::Put, Layout::Short) => ("put short", attr.put.max_short),
+        (Cmd::Put, Layout::Bcopy) => ("put bcopy", attr.put.max_bcopy),
+        (Cmd::Put, Layout::Zcopy) => ("put zcopy", attr.put.max_zcopy),
+        (Cmd::Get, Layout::Bcopy) => ("get bcopy", attr.get.max_bcopy),
+        (Cmd::Get, Layout::Zcopy) => ("get zcopy", attr.get.max_zcopy),
+        _ => return Ok(()),
+    };
+    if length > max {
+        return Err(format!("{what} size ({length}) is larger than max supported by {} ({max})", spec.resource));
+    }
+    Ok(())
+}
+
 /// The connected state of a test.
 struct Ctx {
     spec: UctTestSpec,
@@ -204,6 +224,7 @@ impl Ctx {
             .map_err(|e| format!("cannot open {}: {e}", spec.resource))?;
         iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let length: usize = spec.msg_sizes.iter().sum();
+        check_size_limit(spec, iface.attr(), length)?;
         let send = buffer(&md, length)?;
         let recv = buffer(&md, length)?;
         let am_sn = Rc::new(Cell::new(0u8));
@@ -319,7 +340,10 @@ impl Ctx {
                     .am_bcopy(
                         AM_ID,
                         &mut |d: &mut [u8]| {
-                            d[..len].copy_from_slice(buf);
+                            // Too long for the buffer: report the length; the transport rejects it.
+                            if let Some(dst) = d.get_mut(..len) {
+                                dst.copy_from_slice(buf);
+                            }
                             len
                         },
                         SendFlags::empty(),
@@ -337,7 +361,9 @@ impl Ctx {
                         .ep
                         .put_bcopy(
                             &mut |d: &mut [u8]| {
-                                d[..len].copy_from_slice(buf);
+                                if let Some(dst) = d.get_mut(..len) {
+                                    dst.copy_from_slice(buf);
+                                }
                                 len
                             },
                             raddr,

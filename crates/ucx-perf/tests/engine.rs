@@ -110,6 +110,19 @@ fn cma_zero_copy() {
 }
 
 #[test]
+fn messages_over_the_transport_limit_are_an_error() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    uct_shm::register();
+    // posix: AM bcopy up to UCX_MM_SEG_SIZE (8256), AM short up to the FIFO element (120).
+    for (cmd, layout, size, what) in
+        [(Cmd::Am, Layout::Bcopy, 9000, "AM bcopy"), (Cmd::Am, Layout::Short, 1000, "AM short")]
+    {
+        let err = run(&spec(cmd, true, layout, size), &mut Loopback, &mut |_, _| {}).unwrap_err();
+        assert!(err.contains(what) && err.contains(&size.to_string()), "{err}");
+    }
+}
+
+#[test]
 fn every_uct_test_in_loopback() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     uct_shm::register();
