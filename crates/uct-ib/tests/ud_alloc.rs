@@ -2,56 +2,12 @@
 //! acknowledging, resending after loss and holding reordered packets, measured with a
 //! counting global allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use uct_ib::ud::{DevAddr, PacketKind, PeerAddr, RelConfig, RxOutcome, UdIface};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    if COUNTING.with(Cell::get) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged;
-// counting touches only an atomic and a const-initialised thread local, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: same contract as `GlobalAlloc::alloc`, passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: same contract as `GlobalAlloc::alloc_zeroed`, passed through.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: same contract as `GlobalAlloc::realloc`, passed through.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as `GlobalAlloc::dealloc`, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 /// A receive buffer from a fixed pool, as a transport's receive descriptor would be.
 #[derive(Debug)]
@@ -181,12 +137,12 @@ fn warm_path_allocates_nothing() {
     net.run(20_000);
     let resent_before: u64 = (0..2).map(|n| net.ifaces[n].ep(net.eps[n]).unwrap().stats().resent).sum();
 
-    COUNTING.with(|c| c.set(true));
-    net.run(40_000);
-    COUNTING.with(|c| c.set(false));
+    let allocs = counting_alloc::count_allocations(|| {
+        net.run(40_000);
+    });
 
     let resent: u64 = (0..2).map(|n| net.ifaces[n].ep(net.eps[n]).unwrap().stats().resent).sum();
     assert!(resent > resent_before, "the measured run resent lost packets");
     assert_eq!(net.received, [40_000, 40_000]);
-    assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "allocations on the warm path");
+    assert_eq!(allocs, 0, "allocations on the warm path");
 }

@@ -3,12 +3,12 @@
 //! side). Needs an RDMA device: run with `tools/rdma-vm/test`. Without one the tests say so
 //! and pass, unless `UCX_RS_REQUIRE_RDMA=1`.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use uct::conformance::{self as kit, AgentCommand, Options, Verdict};
+use uct::conformance::{self as kit, AgentCommand, Options};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+#[path = "common/kit.rs"]
+mod kit_common;
 
 /// The receiving side when the kit runs across processes; does nothing in a normal run.
 #[test]
@@ -16,24 +16,6 @@ fn kit_agent() {
     if kit::agent_requested() {
         uct_ib::register();
         kit::serve_agent();
-    }
-}
-
-/// The first `ud_verbs` resource, or `None` (and why) when there is no RDMA device.
-fn resource() -> Option<String> {
-    uct_ib::register();
-    let found = uct::query_resources().into_iter().find(|r| r.tl.tl_name == "ud_verbs");
-    match found {
-        Some(r) => Some(r.tl.full_name()),
-        None => {
-            let why = uct_ib::unavailable_reason().unwrap_or_else(|| "no active port".into());
-            assert!(
-                std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-                "UCX_RS_REQUIRE_RDMA=1 but ud_verbs has no resource: {why}"
-            );
-            eprintln!("no ud_verbs resource here ({why}); run in tools/rdma-vm/test");
-            None
-        }
     }
 }
 
@@ -56,35 +38,18 @@ fn opts(res: &str) -> Options {
     o
 }
 
-fn run(opts: Options) {
-    if kit::agent_requested() {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let remote = opts.agent.is_some();
-    let results = kit::run_all(&opts);
-    for (name, v) in &results {
-        eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
-    }
-    for (name, v) in &results {
-        if let Verdict::Skipped(why) = v {
-            // ud_verbs has no atomics; peer_failure needs a peer process to kill.
-            let allowed = *name == "atomics" || (*name == "peer_failure" && !remote);
-            assert!(allowed, "{}: {name} skipped: {why}", opts.resource);
-        }
-    }
-}
-
 #[test]
 fn ud_verbs_conformance() {
-    if let Some(r) = resource() {
-        run(opts(&r));
+    if let Some(r) = kit_common::resource("ud_verbs") {
+        kit_common::run(opts(&r), |name, remote| name == "atomics" || (name == "peer_failure" && !remote));
     }
 }
 
 #[test]
 fn ud_verbs_conformance_across_processes() {
-    if let Some(r) = resource() {
-        run(opts(&r).across_processes(AgentCommand::this_test("kit_agent")));
+    if let Some(r) = kit_common::resource("ud_verbs") {
+        kit_common::run(opts(&r).across_processes(AgentCommand::this_test("kit_agent")), |name, remote| {
+            name == "atomics" || (name == "peer_failure" && !remote)
+        });
     }
 }

@@ -5,10 +5,8 @@
 
 mod ud_common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ucs::Outcome;
@@ -16,49 +14,8 @@ use uct::{AmRecv, Iface, SendFlags, Worker};
 use uct_ib::ud::LossConfig;
 use ud_common::{connect, device, open};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    if COUNTING.with(Cell::get) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged;
-// counting touches only an atomic and a const-initialised thread local, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: same contract as `GlobalAlloc::alloc`, passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: same contract as `GlobalAlloc::alloc_zeroed`, passed through.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: same contract as `GlobalAlloc::realloc`, passed through.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as `GlobalAlloc::dealloc`, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 const AM: u8 = 2;
 
@@ -118,11 +75,11 @@ fn warm_data_path_allocates_nothing() {
     run(8000);
     let resent_before = a.stats().resent + b.stats().resent;
 
-    COUNTING.with(|c| c.set(true));
-    run(16_000);
-    COUNTING.with(|c| c.set(false));
+    let allocs = counting_alloc::count_allocations(|| {
+        run(16_000);
+    });
 
     let resent = a.stats().resent + b.stats().resent;
     assert!(resent > resent_before, "the measured run resent lost packets");
-    assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "allocations on the warm data path");
+    assert_eq!(allocs, 0, "allocations on the warm data path");
 }
