@@ -18,6 +18,7 @@
 //! here has it); DC is not implemented.
 
 pub mod device;
+pub mod ib_config;
 pub mod md;
 mod pool;
 pub mod rc;

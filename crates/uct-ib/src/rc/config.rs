@@ -3,24 +3,14 @@
 
 use std::time::Duration;
 
-use ucs::config::{AutoOr, Config, ConfigSource, MemUnits};
+use ucs::config::{AutoOr, Config, ConfigSource};
 use ucs::{Status, UcsResult};
+
+use crate::ib_config::IbIfaceConfig;
 
 ucs::config_table! {
     /// Options of an `rc_verbs` interface.
     pub struct RcConfigTable {
-        pub seg_size: MemUnits = ("SEG_SIZE", "8192", "Size of bounce buffers used for post_send and post_recv."),
-        pub tx_queue_len: u32 = ("TX_QUEUE_LEN", "256", "Length of send queue in the QP."),
-        pub tx_max_poll: u32 = ("TX_MAX_POLL", "16", "Max number of receive completions to pick during TX poll."),
-        pub tx_min_inline: u32 = ("TX_MIN_INLINE", "64", "Bytes to reserve in send WQE for inline data."),
-        pub rx_queue_len: u32 = ("RX_QUEUE_LEN", "4096", "Length of receive queue in the QPs."),
-        pub rx_max_batch: u32 = ("RX_MAX_BATCH", "16", "How many post-receives to perform in one batch."),
-        pub rx_max_poll: u32 = ("RX_MAX_POLL", "16", "Max number of receive completions to pick during RX poll."),
-        pub gid_index: AutoOr<u32> = ("GID_INDEX", "auto",
-            "Port GID index to use; auto selects RoCE v2 with an IPv4 address first."),
-        pub traffic_class: AutoOr<u32> = ("TRAFFIC_CLASS", "auto", "IB traffic class / IP DSCP << 2 (0..255)."),
-        pub hop_limit: u32 = ("HOP_LIMIT", "255", "IB hop limit / TTL of RoCE v2 packets (0..255)."),
-        pub sl: AutoOr<u32> = ("SL", "auto", "InfiniBand service level (0..15)."),
         pub path_mtu: String = ("PATH_MTU", "default", "Path MTU: default, 512, 1024, 2048 or 4096."),
         pub timeout: Duration = ("TIMEOUT", "1.0s", "Transport timeout (before a retry)."),
         pub retry_count: u32 = ("RETRY_COUNT", "7", "Transport retries before an error (0..7)."),
@@ -42,28 +32,8 @@ ucs::config_table! {
 /// Validated settings of one `rc_verbs` interface.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RcConfig {
-    /// Descriptor size (largest bcopy message plus its header byte).
-    pub seg_size: usize,
-    /// Send-queue length per endpoint.
-    pub tx_queue_len: u32,
-    /// Send completions handled per progress call.
-    pub tx_max_poll: usize,
-    /// Inline bytes requested per send WQE.
-    pub tx_min_inline: u32,
-    /// Receive descriptors posted to the shared receive queue.
-    pub rx_queue_len: u32,
-    /// Receives refilled per batch.
-    pub rx_max_batch: usize,
-    /// Receive completions handled per progress call.
-    pub rx_max_poll: usize,
-    /// Forced GID index.
-    pub gid_index: Option<u32>,
-    /// Traffic class.
-    pub traffic_class: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Service level.
-    pub sl: u8,
+    /// The settings every verbs transport has (buffers, queues, addressing).
+    pub ib: IbIfaceConfig,
     /// Path MTU cap, as `IBV_MTU_*` (None: the port's active MTU).
     pub path_mtu: Option<u32>,
     /// Local ACK timeout exponent: 4.096 us * 2^timeout.
@@ -91,8 +61,7 @@ pub struct RcConfig {
 }
 
 fn invalid(var: &str, value: impl std::fmt::Display, why: &str) -> Status {
-    tracing::error!("invalid value for UCX_RC_VERBS_{var} (or UCX_RC_/UCX_IB_{var}): {value} ({why})");
-    Status::InvalidParam
+    crate::ib_config::invalid(&["RC_VERBS_", "RC_", "IB_"], var, value, why)
 }
 
 /// The IB timeout exponent `t` with 4.096 us * 2^t >= `d` (0..=31).
@@ -115,6 +84,7 @@ impl RcConfig {
     /// Reads the environment (or `source`), then `overrides`, and validates.
     pub fn read(source: Option<&dyn ConfigSource>, overrides: &[(String, String)]) -> UcsResult<RcConfig> {
         let prefixes = ["RC_VERBS_", "RC_", "IB_"];
+        let (ib, overrides) = IbIfaceConfig::read(source, &prefixes, overrides, 64)?;
         let report = |e: ucs::config::ConfigError| {
             tracing::error!("{e}");
             Status::from(e)
@@ -127,38 +97,12 @@ impl RcConfig {
         for (name, value) in overrides {
             t.set(name, value).map_err(report)?;
         }
-        let seg_size = match t.seg_size {
-            MemUnits::Value(v) if (64..=(1 << 20)).contains(&v) => v,
-            MemUnits::Auto => 8192,
-            other => return Err(invalid("SEG_SIZE", format!("{other:?}"), "must be 64 bytes to 1 MiB")),
-        };
-        if !(16..=32768).contains(&t.tx_queue_len) {
-            return Err(invalid("TX_QUEUE_LEN", t.tx_queue_len, "must be 16..32768"));
-        }
-        if !(16..=(1 << 20)).contains(&t.rx_queue_len) {
-            return Err(invalid("RX_QUEUE_LEN", t.rx_queue_len, "must be 16..1048576"));
-        }
-        for (name, v) in
-            [("TX_MAX_POLL", t.tx_max_poll), ("RX_MAX_POLL", t.rx_max_poll), ("RX_MAX_BATCH", t.rx_max_batch)]
-        {
-            if v == 0 {
-                return Err(invalid(name, v, "must be at least 1"));
-            }
-        }
         let byte = |name: &str, v: u32, max: u32| -> UcsResult<u8> {
             if v > max {
                 Err(invalid(name, v, &format!("must be 0..{max}")))
             } else {
                 Ok(v as u8)
             }
-        };
-        let traffic_class = match t.traffic_class {
-            AutoOr::Auto => 0,
-            AutoOr::Value(v) => byte("TRAFFIC_CLASS", v, 255)?,
-        };
-        let sl = match t.sl {
-            AutoOr::Auto => 0,
-            AutoOr::Value(v) => byte("SL", v, 15)?,
         };
         let path_mtu = match t.path_mtu.to_ascii_lowercase().as_str() {
             "default" => None,
@@ -190,20 +134,6 @@ impl RcConfig {
             AutoOr::Value(v) => Some(v),
         };
         Ok(RcConfig {
-            seg_size,
-            tx_queue_len: t.tx_queue_len,
-            tx_max_poll: t.tx_max_poll as usize,
-            tx_min_inline: t.tx_min_inline,
-            rx_queue_len: t.rx_queue_len,
-            rx_max_batch: t.rx_max_batch as usize,
-            rx_max_poll: t.rx_max_poll as usize,
-            gid_index: match t.gid_index {
-                AutoOr::Auto => None,
-                AutoOr::Value(v) => Some(v),
-            },
-            traffic_class,
-            hop_limit: byte("HOP_LIMIT", t.hop_limit, 255)?,
-            sl,
             path_mtu,
             timeout_exp: timeout_exponent(t.timeout),
             retry_count: byte("RETRY_COUNT", t.retry_count, 7)?,
@@ -214,9 +144,10 @@ impl RcConfig {
             fc_hard_thresh: ((fc_wnd_size as f64 * t.fc_hard_thresh) as u32).max(1),
             fc_soft_thresh: ((fc_wnd_size as f64 * t.fc_soft_thresh) as u32).max(1),
             // At most half the send queue unsignaled, so credits always come back.
-            tx_cq_moderation: t.tx_cq_moderation.min(t.tx_queue_len / 2).max(1),
+            tx_cq_moderation: t.tx_cq_moderation.min(ib.tx_queue_len / 2).max(1),
             tx_cq_len: t.tx_cq_len,
             max_am_hdr: t.max_am_hdr as usize,
+            ib,
         })
     }
 }
@@ -235,7 +166,7 @@ mod tests {
     #[test]
     fn defaults_match_ucx() {
         let c = read(&[], &[]).unwrap();
-        assert_eq!((c.seg_size, c.tx_queue_len, c.rx_queue_len), (8192, 256, 4096));
+        assert_eq!((c.ib.seg_size, c.ib.tx_queue_len, c.ib.rx_queue_len), (8192, 256, 4096));
         assert_eq!((c.fc_wnd_size, c.fc_hard_thresh, c.fc_soft_thresh), (512, 128, 256));
         assert_eq!(c.tx_cq_moderation, 64);
         assert_eq!(c.timeout_exp, 18, "1 s is 4.096 us * 2^18 (rounded up)");
@@ -245,7 +176,7 @@ mod tests {
     #[test]
     fn precedence_and_errors() {
         let c = read(&[("UCX_IB_SEG_SIZE", "4k"), ("UCX_RC_VERBS_SEG_SIZE", "2k")], &[]).unwrap();
-        assert_eq!(c.seg_size, 2048);
+        assert_eq!(c.ib.seg_size, 2048);
         let c = read(&[("UCX_RC_FC_ENABLE", "n")], &[]).unwrap();
         assert_eq!(c.fc_wnd_size, 0);
         assert_eq!(read(&[("UCX_RC_RETRY_COUNT", "9")], &[]), Err(Status::InvalidParam));

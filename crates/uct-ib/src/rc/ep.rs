@@ -380,7 +380,7 @@ pub struct RcEp {
 impl RcEp {
     pub(crate) fn create(iface: &Rc<IfaceInner>, user_data: u64) -> UcsResult<RcEp> {
         let cap = sys::ibv_qp_cap {
-            max_send_wr: iface.cfg.tx_queue_len,
+            max_send_wr: iface.cfg.ib.tx_queue_len,
             max_recv_wr: 0,
             max_send_sge: iface.max_send_sge as u32,
             max_recv_sge: 1,
@@ -405,7 +405,7 @@ impl RcEp {
             user_data,
             group,
             state: Cell::new(State::Created),
-            sq_available: Cell::new(qp.cap.max_send_wr.min(iface.cfg.tx_queue_len) as i64),
+            sq_available: Cell::new(qp.cap.max_send_wr.min(iface.cfg.ib.tx_queue_len) as i64),
             unsignaled: Cell::new(0),
             signaled: Cell::new(0),
             sn: Cell::new(0),
@@ -441,14 +441,14 @@ impl RcEp {
         a.max_dest_rd_atomic = i.max_rd_atomic as u8;
         a.min_rnr_timer = i.cfg.min_rnr_timer;
         a.ah_attr.port_num = i.port.num;
-        a.ah_attr.sl = i.cfg.sl;
+        a.ah_attr.sl = i.cfg.ib.sl;
         a.ah_attr.dlid = peer.lid;
         if eth || peer.gid[..8] != i.gid.gid[..8] {
             a.ah_attr.is_global = 1;
             a.ah_attr.grh.dgid.raw = peer.gid;
             a.ah_attr.grh.sgid_index = i.gid.index;
-            a.ah_attr.grh.hop_limit = i.cfg.hop_limit;
-            a.ah_attr.grh.traffic_class = i.cfg.traffic_class;
+            a.ah_attr.grh.hop_limit = i.cfg.ib.hop_limit;
+            a.ah_attr.grh.traffic_class = i.cfg.ib.traffic_class;
         }
         s.qp.modify(
             &mut a,
@@ -617,7 +617,7 @@ impl Ep for RcEp {
         }
         let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
         let len = pack(&mut desc[..]);
-        check_length(len, s.iface.cfg.seg_size, "put_bcopy packed")?;
+        check_length(len, s.iface.cfg.ib.seg_size, "put_bcopy packed")?;
         let rk = self.rkey_checked(rkey, remote_addr, len)?;
         let mut sge = s.desc_sge(&desc, len);
         let mut wr = send_wr(sys::IBV_WR_RDMA_WRITE, &mut sge, 1, 0);
@@ -693,7 +693,7 @@ impl Ep for RcEp {
         let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
         desc[0] = hdr;
         let len = pack(&mut desc[1..]);
-        check_length(len, s.iface.cfg.seg_size - 1, "am_bcopy packed")?;
+        check_length(len, s.iface.cfg.ib.seg_size - 1, "am_bcopy packed")?;
         let mut sge = s.desc_sge(&desc, len + 1);
         let mut wr = send_wr(sys::IBV_WR_SEND, &mut sge, 1, 0);
         s.post(&mut wr, false, Some(Op::Desc(desc)))?;

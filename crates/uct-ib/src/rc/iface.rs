@@ -108,7 +108,7 @@ impl IfaceInner {
             self.rx.borrow_mut().slots[idx] = buf;
             return;
         }
-        let len = (wc.byte_len as usize).min(self.cfg.seg_size);
+        let len = (wc.byte_len as usize).min(self.cfg.ib.seg_size);
         if len == 0 {
             tracing::warn!("rc_verbs: dropped an empty message (no header byte)");
             self.rx.borrow_mut().slots[idx] = buf;
@@ -137,7 +137,7 @@ impl IfaceInner {
         let rx = &mut *rx;
         let mut posted = 0;
         while !rx.refill.is_empty() {
-            let batch = rx.refill.len().min(self.cfg.rx_max_batch);
+            let batch = rx.refill.len().min(self.cfg.ib.rx_max_batch);
             let mut n = 0;
             for k in 0..batch {
                 let idx = rx.refill[rx.refill.len() - 1 - k] as usize;
@@ -149,7 +149,7 @@ impl IfaceInner {
                 }
                 let ptr = rx.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
                 let Some(lkey) = self.rx_chunks.lkey(ptr) else { break };
-                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.cfg.seg_size as u32, lkey };
+                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.cfg.ib.seg_size as u32, lkey };
                 n += 1;
             }
             if n == 0 {
@@ -223,13 +223,13 @@ impl IfaceInner {
         // The completion array is taken out while handlers run (no copy, no allocation); a
         // nested call would find it empty and poll nothing.
         let mut wc = std::mem::take(&mut *self.wc.borrow_mut());
-        let tx_n = self.cfg.tx_max_poll.min(wc.len());
+        let tx_n = self.cfg.ib.tx_max_poll.min(wc.len());
         let got = self.send_cq.poll(&mut wc[..tx_n]);
         for w in &wc[..got] {
             handle_tx(self, w);
         }
         n += got;
-        let rx_n = self.cfg.rx_max_poll.min(wc.len());
+        let rx_n = self.cfg.ib.rx_max_poll.min(wc.len());
         let got = self.recv_cq.poll(&mut wc[..rx_n]);
         for w in &wc[..got] {
             self.handle_rx(w);
@@ -264,20 +264,20 @@ impl RcIface {
         let cfg = RcConfig::read(None, &params.config)?;
         let dev = md.dev.clone();
         let port = dev.port(port).ok_or(Status::NoDevice)?.clone();
-        let gid = dev.select_gid(&port, cfg.gid_index)?;
+        let gid = dev.select_gid(&port, cfg.ib.gid_index)?;
         let ctx = &dev.ctx;
         let chan = CompChannel::create(ctx)?;
         let send_cq = Cq::create(ctx, cfg.tx_cq_len as usize, Some(&chan))?;
-        let recv_cq = Cq::create(ctx, cfg.rx_queue_len as usize, Some(&chan))?;
-        let srq = Srq::create(&md.pd, cfg.rx_queue_len)?;
+        let recv_cq = Cq::create(ctx, cfg.ib.rx_queue_len as usize, Some(&chan))?;
+        let srq = Srq::create(&md.pd, cfg.ib.rx_queue_len)?;
 
         // A probe QP tells what the provider grants for inline data and gather entries.
         let want = sys::ibv_qp_cap {
-            max_send_wr: cfg.tx_queue_len,
+            max_send_wr: cfg.ib.tx_queue_len,
             max_recv_wr: 0,
             max_send_sge: 4.min(dev.attr.orig_attr.max_sge as u32).max(1),
             max_recv_sge: 1,
-            max_inline_data: cfg.tx_min_inline,
+            max_inline_data: cfg.ib.tx_min_inline,
         };
         let probe = Qp::create(&md.pd, sys::IBV_QPT_RC, &send_cq, &recv_cq, Some(&srq), want)?;
         // Inline sends are assembled in a 1 KiB stack buffer.
@@ -291,8 +291,9 @@ impl RcIface {
         let dev_max_rd = (dev.attr.orig_attr.max_qp_rd_atom as u32).max(1);
         let max_rd_atomic = cfg.max_rd_atomic.map_or(dev_max_rd, |v| v.min(dev_max_rd)).min(16);
 
-        let (tx_pool, tx_chunks) = reg_pool(&md.pd, cfg.seg_size, 256, usize::MAX, "rc_verbs_tx")?;
-        let (rx_pool, rx_chunks) = reg_pool(&md.pd, cfg.seg_size, 1024, cfg.rx_queue_len as usize * 2, "rc_verbs_rx")?;
+        let (tx_pool, tx_chunks) = reg_pool(&md.pd, cfg.ib.seg_size, 256, usize::MAX, "rc_verbs_tx")?;
+        let (rx_pool, rx_chunks) =
+            reg_pool(&md.pd, cfg.ib.seg_size, 1024, cfg.ib.rx_queue_len as usize * 2, "rc_verbs_rx")?;
 
         let mtu = port.mtu;
         let atomics = dev.has_atomics();
@@ -324,7 +325,7 @@ impl RcIface {
             event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::RECV_SIG | EventFlags::FD,
             put: OpCaps {
                 max_short: max_inline,
-                max_bcopy: cfg.seg_size,
+                max_bcopy: cfg.ib.seg_size,
                 min_zcopy: 0,
                 max_zcopy: zcopy_max,
                 opt_zcopy_align: 512,
@@ -334,7 +335,7 @@ impl RcIface {
             },
             get: OpCaps {
                 max_short: 0,
-                max_bcopy: cfg.seg_size,
+                max_bcopy: cfg.ib.seg_size,
                 min_zcopy: 0,
                 max_zcopy: zcopy_max,
                 opt_zcopy_align: 512,
@@ -344,13 +345,13 @@ impl RcIface {
             },
             am: OpCaps {
                 max_short: max_inline - 1,
-                max_bcopy: cfg.seg_size - 1,
+                max_bcopy: cfg.ib.seg_size - 1,
                 min_zcopy: 0,
-                max_zcopy: cfg.seg_size - 1,
+                max_zcopy: cfg.ib.seg_size - 1,
                 opt_zcopy_align: 512,
                 align_mtu: mtu,
                 max_iov: max_send_sge.saturating_sub(1).max(1),
-                max_hdr: cfg.max_am_hdr.min(cfg.seg_size - 1),
+                max_hdr: cfg.max_am_hdr.min(cfg.ib.seg_size - 1),
             },
             tag: Default::default(),
             atomic32: AtomicCaps::default(),
@@ -365,9 +366,9 @@ impl RcIface {
             latency: LinearFunc { c: port.latency, m: 1e-9 },
             priority: 0,
         };
-        let rx_len = cfg.rx_queue_len as usize;
-        let batch = cfg.rx_max_batch;
-        let wc_len = cfg.tx_max_poll.max(cfg.rx_max_poll);
+        let rx_len = cfg.ib.rx_queue_len as usize;
+        let batch = cfg.ib.rx_max_batch;
+        let wc_len = cfg.ib.tx_max_poll.max(cfg.ib.rx_max_poll);
         let inner = Rc::new(IfaceInner {
             _dev: dev.clone(),
             pd: md.pd.clone(),

@@ -214,14 +214,14 @@ impl IfaceInner {
         // SAFETY: zero is a valid bit pattern for the attribute struct.
         let mut a: sys::ibv_ah_attr = unsafe { std::mem::zeroed() };
         a.dlid = peer.lid;
-        a.sl = self.cfg.sl;
+        a.sl = self.cfg.ib.sl;
         a.port_num = self.port.num;
         if eth || peer.gid[..8] != self.gid.gid[..8] {
             a.is_global = 1;
             a.grh.dgid.raw = peer.gid;
             a.grh.sgid_index = self.gid.index;
-            a.grh.hop_limit = self.cfg.hop_limit;
-            a.grh.traffic_class = self.cfg.traffic_class;
+            a.grh.hop_limit = self.cfg.ib.hop_limit;
+            a.grh.traffic_class = self.cfg.ib.traffic_class;
         }
         let ah = Rc::new(Ah::create(&self.pd, &mut a)?);
         self.ahs.borrow_mut().insert(*dev, ah.clone());
@@ -375,14 +375,14 @@ impl IfaceInner {
         // The completion array is taken out while handlers run (no copy, no allocation); a
         // nested call would find it empty and poll nothing.
         let mut wc = std::mem::take(&mut *self.wc.borrow_mut());
-        let tx_n = self.cfg.tx_max_poll.min(wc.len());
+        let tx_n = self.cfg.ib.tx_max_poll.min(wc.len());
         let got = self.send_cq.poll(&mut wc[..tx_n]);
         for w in &wc[..got] {
             self.handle_tx(w);
         }
         n += got;
         let delayed = std::mem::take(&mut self.rx.borrow_mut().delayed);
-        let rx_n = self.cfg.rx_max_poll.min(wc.len());
+        let rx_n = self.cfg.ib.rx_max_poll.min(wc.len());
         let got = self.recv_cq.poll(&mut wc[..rx_n]);
         for w in &wc[..got] {
             n += self.handle_rx(now, w);
@@ -465,20 +465,20 @@ impl UdVerbsIface {
         let mut cfg = UdVerbsConfig::read(None, &params.config)?;
         let dev = md.dev.clone();
         let port = dev.port(port).ok_or(Status::NoDevice)?.clone();
-        let gid = dev.select_gid(&port, cfg.gid_index)?;
-        let max_packet = cfg.seg_size.min(port.mtu);
+        let gid = dev.select_gid(&port, cfg.ib.gid_index)?;
+        let max_packet = cfg.ib.seg_size.min(port.mtu);
         cfg.rel.max_packet = max_packet;
         cfg.rel.validate()?;
         let ctx = &dev.ctx;
         let chan = CompChannel::create(ctx)?;
-        let send_cq = Cq::create(ctx, cfg.tx_queue_len as usize, Some(&chan))?;
-        let recv_cq = Cq::create(ctx, cfg.rx_queue_len as usize, Some(&chan))?;
+        let send_cq = Cq::create(ctx, cfg.ib.tx_queue_len as usize, Some(&chan))?;
+        let recv_cq = Cq::create(ctx, cfg.ib.rx_queue_len as usize, Some(&chan))?;
         let cap = sys::ibv_qp_cap {
-            max_send_wr: cfg.tx_queue_len,
-            max_recv_wr: cfg.rx_queue_len,
+            max_send_wr: cfg.ib.tx_queue_len,
+            max_recv_wr: cfg.ib.rx_queue_len,
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: cfg.tx_min_inline,
+            max_inline_data: cfg.ib.tx_min_inline,
         };
         let qp = Qp::create(&md.pd, sys::IBV_QPT_UD, &send_cq, &recv_cq, None, cap)?;
         let max_inline = qp.cap.max_inline_data as usize;
@@ -503,7 +503,7 @@ impl UdVerbsIface {
         // says, so that no peer can overflow one.
         let rx_buf_len = port.mtu + GRH_LEN;
         let (tx_pool, tx_chunks) = reg_pool(&md.pd, max_packet, 256, usize::MAX, "ud_verbs_tx")?;
-        let (rx_pool, rx_chunks) = reg_pool(&md.pd, rx_buf_len, 1024, cfg.rx_queue_len as usize * 2, "ud_verbs_rx")?;
+        let (rx_pool, rx_chunks) = reg_pool(&md.pd, rx_buf_len, 1024, cfg.ib.rx_queue_len as usize * 2, "ud_verbs_rx")?;
 
         let eth = port.link_layer == LinkLayer::Ethernet;
         let dev_addr = DevAddr { eth, mtu_enum: port.mtu_enum as u8, lid: port.lid, gid: gid.gid };
@@ -564,9 +564,9 @@ impl UdVerbsIface {
             priority: 0,
         };
         let wakeup = Wakeup::new(chan.fd())?;
-        let rx_len = cfg.rx_queue_len as usize;
-        let batch = cfg.rx_max_batch;
-        let wc_len = cfg.tx_max_poll.max(cfg.rx_max_poll);
+        let rx_len = cfg.ib.rx_queue_len as usize;
+        let batch = cfg.ib.rx_max_batch;
+        let wc_len = cfg.ib.tx_max_poll.max(cfg.ib.rx_max_poll);
         let loss = cfg.loss.is_active().then(|| {
             tracing::warn!("ud_verbs: injecting faults into received datagrams: {:?}", cfg.loss);
             LossHook::new(cfg.loss)
@@ -595,7 +595,7 @@ impl UdVerbsIface {
                 delayed: Vec::new(),
             }),
             tx: RefCell::new(Tx {
-                available: cfg.tx_queue_len as i64,
+                available: cfg.ib.tx_queue_len as i64,
                 unsignaled: 0,
                 sn: 0,
                 done_sn: 0,

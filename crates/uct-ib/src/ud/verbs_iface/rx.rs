@@ -218,7 +218,7 @@ impl IfaceInner {
         let rx = &mut *rx;
         let mut posted = 0;
         while !rx.refill.is_empty() {
-            let batch = rx.refill.len().min(self.cfg.rx_max_batch);
+            let batch = rx.refill.len().min(self.cfg.ib.rx_max_batch);
             let mut n = 0;
             for k in 0..batch {
                 let idx = rx.refill[rx.refill.len() - 1 - k] as usize;

@@ -47,7 +47,7 @@ impl IfaceInner {
             keep = Some(d);
         }
         let mut tx = self.tx.borrow_mut();
-        let signal = tx.unsignaled + 1 >= TX_MODERATION.min(self.cfg.tx_queue_len / 2).max(1) || tx.available <= 1;
+        let signal = tx.unsignaled + 1 >= TX_MODERATION.min(self.cfg.ib.tx_queue_len / 2).max(1) || tx.available <= 1;
         // SAFETY: zero is a valid bit pattern for a work request.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         let sn = tx.sn + 1;
