@@ -20,7 +20,7 @@ use uct::{
 use rdma_core_sys as sys;
 
 use crate::device::{device_names, parse_dev_port, IbDevice};
-use crate::verbs::{last_os_error, Mr, Pd};
+use crate::verbs::{Mr, Pd};
 
 /// Component name.
 pub const NAME: &str = "ib";
@@ -287,36 +287,19 @@ impl Md for IbMd {
         if len == 0 {
             return Err(Status::InvalidParam);
         }
-        // SAFETY: an anonymous private mapping; checked for failure below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            tracing::error!("ib: mmap of {len} bytes for {name} failed: {}", last_os_error());
-            return Err(Status::NoMemory);
-        }
-        let base = p.cast::<u8>();
+        let mapping = crate::pool::map_anon(len, name)?;
+        let base = mapping.as_ptr();
         // SAFETY: the mapping lives until the region's drop unmaps it, after deregistration.
         // Allocations bypass the cache: they are registered exactly once, for their lifetime.
         match unsafe { Mr::register(&self.pd, base, len, self.access) } {
-            Ok(mr) => {
-                let mapping = (NonNull::new(base).ok_or(Status::NoMemory)?, len);
-                Ok(MemH::new(IbRegion {
-                    kind: RegionKind::Alloc { mr: ManuallyDrop::new(mr), mapping },
-                    addr: base,
-                    len,
-                }))
-            }
+            Ok(mr) => Ok(MemH::new(IbRegion {
+                kind: RegionKind::Alloc { mr: ManuallyDrop::new(mr), mapping: (mapping, len) },
+                addr: base,
+                len,
+            })),
             Err(e) => {
                 // SAFETY: our own mapping, not registered.
-                unsafe { libc::munmap(p, len) };
+                unsafe { libc::munmap(base.cast(), len) };
                 Err(e)
             }
         }

@@ -32,6 +32,27 @@ impl RegChunks {
     }
 }
 
+/// Maps `len` bytes of private anonymous memory (zero-filled); `NoMemory` with a log naming
+/// `what` when the kernel refuses.
+pub(crate) fn map_anon(len: usize, what: &str) -> UcsResult<NonNull<u8>> {
+    // SAFETY: an anonymous private mapping at an address the kernel chooses; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        tracing::error!("ib: mmap of {len} bytes for {what} failed: {}", last_os_error());
+        return Err(Status::NoMemory);
+    }
+    NonNull::new(p.cast()).ok_or(Status::NoMemory)
+}
+
 struct RegAlloc {
     pd: Rc<Pd>,
     chunks: Rc<RegChunks>,
@@ -42,21 +63,7 @@ struct RegAlloc {
 unsafe impl ChunkAlloc for RegAlloc {
     fn alloc(&self, min_size: usize) -> UcsResult<(NonNull<u8>, usize)> {
         let len = min_size.div_ceil(4096).max(1) * 4096;
-        // SAFETY: an anonymous private mapping, checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            tracing::error!("ib: mmap of a {len}-byte descriptor chunk failed: {}", last_os_error());
-            return Err(Status::NoMemory);
-        }
+        let p = map_anon(len, "descriptor chunk")?.as_ptr().cast::<libc::c_void>();
         let access = rdma_core_sys::IBV_ACCESS_LOCAL_WRITE;
         // SAFETY: the mapping stays until `release`, which deregisters first.
         let mr = match unsafe { Mr::register(&self.pd, p.cast(), len, access) } {
