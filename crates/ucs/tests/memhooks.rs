@@ -10,10 +10,20 @@
 mod rcache_support;
 
 use std::ptr;
+use std::sync::{Mutex, MutexGuard};
 
 use rcache_support::{Counting, PAGE};
 use ucs::memhooks;
 use ucs::rcache::{Rcache, RcacheParams, UnmapEvents};
+
+/// The hooks and the event ring are process-wide, and some events invalidate every cache
+/// (`shmdt`, a consumer falling behind the ring): the tests take turns so that one test's events
+/// cannot turn another's expected hit into a miss.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn cache() -> (Rcache<Counting>, Counting) {
     let backend = Counting::default();
@@ -65,6 +75,7 @@ fn assert_reregistered(cache: &Rcache<Counting>, backend: &Counting, addr: usize
 
 #[test]
 fn every_function_is_hooked() {
+    let _serial = serial();
     memhooks::install().unwrap_or_else(|_| panic!("{}", memhooks::status()));
     let st = memhooks::status();
     eprintln!("{st}");
@@ -83,6 +94,7 @@ fn every_function_is_hooked() {
 
 #[test]
 fn libc_results_and_errno_are_unchanged() {
+    let _serial = serial();
     memhooks::install().unwrap();
     let p = map(4 * PAGE);
     // SAFETY: every call is on our own mapping `p`, or has invalid arguments the
@@ -133,6 +145,7 @@ fn libc_results_and_errno_are_unchanged() {
 
 #[test]
 fn munmap_invalidates() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let p = map(4 * PAGE);
     let old = cached(&cache, p, 4 * PAGE);
@@ -161,6 +174,7 @@ fn munmap_invalidates() {
 
 #[test]
 fn munmap_of_memory_in_use() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let p = map(2 * PAGE);
     let h = backend.hold(cache.get(p, 2 * PAGE, 0).unwrap());
@@ -180,6 +194,7 @@ fn munmap_of_memory_in_use() {
 
 #[test]
 fn free_of_a_large_vec_is_caught_inside_glibc() {
+    let _serial = serial();
     let (cache, backend) = cache();
     // Above glibc's largest dynamic mmap threshold (32 MiB): malloc maps it, free unmaps it
     // with its internal `__munmap`.
@@ -194,6 +209,7 @@ fn free_of_a_large_vec_is_caught_inside_glibc() {
 
 #[test]
 fn realloc_of_a_large_vec_is_caught_inside_glibc() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let len = 64 << 20;
     let mut v: Vec<u8> = Vec::with_capacity(len);
@@ -207,6 +223,7 @@ fn realloc_of_a_large_vec_is_caught_inside_glibc() {
 
 #[test]
 fn madvise_dontneed_invalidates_and_willneed_does_not() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let p = map(8 * PAGE);
     let keep = cached(&cache, p, 2 * PAGE);
@@ -224,6 +241,7 @@ fn madvise_dontneed_invalidates_and_willneed_does_not() {
 
 #[test]
 fn mremap_invalidates() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let p = map(2 * PAGE);
     let old = cached(&cache, p, 2 * PAGE);
@@ -237,6 +255,7 @@ fn mremap_invalidates() {
 
 #[test]
 fn mmap_fixed_over_registered_memory_invalidates() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let p = map(4 * PAGE);
     let old = cached(&cache, p, 4 * PAGE);
@@ -259,6 +278,7 @@ fn mmap_fixed_over_registered_memory_invalidates() {
 
 #[test]
 fn shmdt_invalidates_everything() {
+    let _serial = serial();
     let (cache, backend) = cache();
     // SAFETY: a private System V segment, attached, detached and removed here.
     unsafe {
@@ -297,6 +317,7 @@ fn in_child(f: impl FnOnce()) {
 
 #[test]
 fn heap_shrink_through_sbrk_invalidates() {
+    let _serial = serial();
     memhooks::install().unwrap();
     in_child(|| {
         // SAFETY: in the single-threaded child, malloc is told never to extend the heap
@@ -322,6 +343,7 @@ fn heap_shrink_through_sbrk_invalidates() {
 
 #[test]
 fn munmap_in_a_signal_handler_is_reported() {
+    let _serial = serial();
     use std::sync::atomic::{AtomicUsize, Ordering};
     static TARGET: AtomicUsize = AtomicUsize::new(0);
     extern "C" fn on_signal(_: libc::c_int) {
@@ -346,6 +368,7 @@ fn munmap_in_a_signal_handler_is_reported() {
 
 #[test]
 fn events_from_other_threads_reach_the_cache() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let p = map(4 * PAGE);
     let old = cached(&cache, p, 4 * PAGE);
@@ -360,6 +383,7 @@ fn events_from_other_threads_reach_the_cache() {
 
 #[test]
 fn reported_unmaps_invalidate() {
+    let _serial = serial();
     let (cache, backend) = cache();
     let base = 0x5a5a_0000_0000; // made up: the backend touches no memory
     let old = cached(&cache, base, 2 * PAGE);
