@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ptr::NonNull;
 use std::rc::Rc;
 
-use ucs::mpool::{ChunkAlloc, MemPool, MpoolParams};
+use ucs::mpool::{ChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{Status, UcsResult};
 
 use crate::verbs::{last_os_error, Mr, Pd};
@@ -103,4 +103,80 @@ pub fn reg_pool(
     let params = MpoolParams { elem_size, alignment: 64, elems_per_chunk: per_chunk, max_elems, name };
     let pool = MemPool::new(params, Box::new(RegAlloc { pd: pd.clone(), chunks: chunks.clone() }))?;
     Ok((Rc::new(pool), chunks))
+}
+
+/// Receive buffers posted to a receive queue (an SRQ, or a QP's own): one slot per posted
+/// receive, the slot index being the work request id, refilled in batches from a pool of
+/// registered buffers. The work requests and scatter entries of a batch are preallocated.
+pub(crate) struct RecvSlots {
+    /// The buffer posted in each slot (taken while a completion is handled, or kept by a user).
+    pub slots: Vec<Option<PoolBuf>>,
+    /// Slots whose receive completed and must be posted again.
+    pub refill: Vec<u32>,
+    wrs: Vec<rdma_core_sys::ibv_recv_wr>,
+    sges: Vec<rdma_core_sys::ibv_sge>,
+}
+
+impl RecvSlots {
+    /// `n` empty slots, all waiting to be posted, in batches of `batch`.
+    pub fn new(n: usize, batch: usize) -> Self {
+        RecvSlots {
+            slots: (0..n).map(|_| None).collect(),
+            refill: (0..n as u32).rev().collect(),
+            // SAFETY: zero is a valid bit pattern for these plain structs.
+            wrs: vec![unsafe { std::mem::zeroed() }; batch.max(1)],
+            // SAFETY: as above.
+            sges: vec![unsafe { std::mem::zeroed() }; batch.max(1)],
+        }
+    }
+
+    /// Posts a receive of `buf_len` bytes for every slot in `refill`, taking fresh buffers from
+    /// `pool` for slots whose buffer was kept, one chain of up to a batch per `post` call
+    /// (`post` returns the verbs error number). Stops when the pool is exhausted or a post
+    /// fails (logged with `what`); returns how many receives were posted.
+    pub fn refill(
+        &mut self,
+        pool: &Rc<MemPool>,
+        chunks: &RegChunks,
+        buf_len: usize,
+        what: &str,
+        mut post: impl FnMut(*mut rdma_core_sys::ibv_recv_wr) -> i32,
+    ) -> usize {
+        let mut posted = 0;
+        while !self.refill.is_empty() {
+            let batch = self.refill.len().min(self.wrs.len());
+            let mut n = 0;
+            for k in 0..batch {
+                let idx = self.refill[self.refill.len() - 1 - k] as usize;
+                if self.slots[idx].is_none() {
+                    match pool.get_buf() {
+                        Some(b) => self.slots[idx] = Some(b),
+                        None => break,
+                    }
+                }
+                let ptr = self.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
+                let Some(lkey) = chunks.lkey(ptr) else { break };
+                self.sges[n] = rdma_core_sys::ibv_sge { addr: ptr as u64, length: buf_len as u32, lkey };
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            for k in 0..n {
+                let idx = self.refill[self.refill.len() - 1 - k];
+                let next = if k + 1 < n { &mut self.wrs[k + 1] as *mut _ } else { std::ptr::null_mut() };
+                let sge = &mut self.sges[k] as *mut rdma_core_sys::ibv_sge;
+                self.wrs[k] = rdma_core_sys::ibv_recv_wr { wr_id: idx as u64, next, sg_list: sge, num_sge: 1 };
+            }
+            let r = post(self.wrs.as_mut_ptr());
+            if r != 0 {
+                tracing::error!("{what} failed: {}", std::io::Error::from_raw_os_error(r));
+                break;
+            }
+            let keep = self.refill.len() - n;
+            self.refill.truncate(keep);
+            posted += n;
+        }
+        posted
+    }
 }

@@ -8,7 +8,7 @@ use std::rc::{Rc, Weak};
 
 use rdma_core_sys as sys;
 use ucs::arbiter::GroupId;
-use ucs::mpool::{MemPool, PoolBuf};
+use ucs::mpool::MemPool;
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler,
@@ -21,17 +21,8 @@ use super::ep::{EpShared, RcEp};
 use super::{DevAddr, AM_ID_MASK, FC_HARD_REQ, FC_PURE_GRANT, FC_SOFT_REQ};
 use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
 use crate::md::IbMd;
-use crate::pool::{reg_pool, RegChunks};
+use crate::pool::{reg_pool, RecvSlots, RegChunks};
 use crate::verbs::{CompChannel, Cq, Pd, Qp, Srq};
-
-/// Receive side: one slot per posted receive (the slot index is the work request id).
-struct Rx {
-    slots: Vec<Option<PoolBuf>>,
-    /// Slots whose receive completed and must be posted again.
-    refill: Vec<u32>,
-    wrs: Vec<sys::ibv_recv_wr>,
-    sges: Vec<sys::ibv_sge>,
-}
 
 pub(crate) struct IfaceInner {
     /// Keeps the device open for as long as endpoints exist.
@@ -52,7 +43,7 @@ pub(crate) struct IfaceInner {
     pub tx_chunks: Rc<RegChunks>,
     rx_pool: Rc<MemPool>,
     rx_chunks: Rc<RegChunks>,
-    rx: RefCell<Rx>,
+    rx: RefCell<RecvSlots>,
     /// Send CQ entries not yet claimed by signaled work requests.
     pub cq_available: Cell<i64>,
     /// Endpoints by local QP number, and by pending group.
@@ -133,48 +124,13 @@ impl IfaceInner {
 
     /// Posts receives for every slot that needs one, in batches; returns how many were posted.
     fn refill(&self) -> usize {
-        let mut rx = self.rx.borrow_mut();
-        let rx = &mut *rx;
-        let mut posted = 0;
-        while !rx.refill.is_empty() {
-            let batch = rx.refill.len().min(self.cfg.ib.rx_max_batch);
-            let mut n = 0;
-            for k in 0..batch {
-                let idx = rx.refill[rx.refill.len() - 1 - k] as usize;
-                if rx.slots[idx].is_none() {
-                    match self.rx_pool.get_buf() {
-                        Some(b) => rx.slots[idx] = Some(b),
-                        None => break,
-                    }
-                }
-                let ptr = rx.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
-                let Some(lkey) = self.rx_chunks.lkey(ptr) else { break };
-                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.cfg.ib.seg_size as u32, lkey };
-                n += 1;
-            }
-            if n == 0 {
-                break;
-            }
-            for k in 0..n {
-                let idx = rx.refill[rx.refill.len() - 1 - k];
-                let next = if k + 1 < n { &mut rx.wrs[k + 1] as *mut sys::ibv_recv_wr } else { std::ptr::null_mut() };
-                let sge = &mut rx.sges[k] as *mut sys::ibv_sge;
-                rx.wrs[k] = sys::ibv_recv_wr { wr_id: idx as u64, next, sg_list: sge, num_sge: 1 };
-            }
+        let srq = self.srq.as_ptr();
+        self.rx.borrow_mut().refill(&self.rx_pool, &self.rx_chunks, self.cfg.ib.seg_size, "ibv_post_srq_recv", |wrs| {
             let mut bad = std::ptr::null_mut();
-            // SAFETY: the SRQ is live; the chain of n WRs and their SGEs lives in `rx` for the
-            // call; every buffer is a registered pool slot kept in `rx.slots` until its
-            // completion.
-            let r = unsafe { sys::ibv_post_srq_recv(self.srq.as_ptr(), rx.wrs.as_mut_ptr(), &mut bad) };
-            if r != 0 {
-                tracing::error!("ibv_post_srq_recv failed: {}", std::io::Error::from_raw_os_error(r));
-                break;
-            }
-            let keep = rx.refill.len() - n;
-            rx.refill.truncate(keep);
-            posted += n;
-        }
-        posted
+            // SAFETY: the SRQ is live; the chain and its SGEs live in the slots' arrays for the
+            // call; every buffer is a registered pool slot kept in its slot until completion.
+            unsafe { sys::ibv_post_srq_recv(srq, wrs, &mut bad) }
+        })
     }
 
     /// Sends the credit grants owed; keeps those that found no resources.
@@ -320,29 +276,22 @@ impl RcIface {
         } else {
             AtomicCaps::default()
         };
+        let rma = OpCaps {
+            max_short: 0,
+            max_bcopy: cfg.ib.seg_size,
+            min_zcopy: 0,
+            max_zcopy: zcopy_max,
+            opt_zcopy_align: 512,
+            align_mtu: mtu,
+            max_iov: max_send_sge,
+            max_hdr: 0,
+        };
         let attr = IfaceAttr {
             flags,
             event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::RECV_SIG | EventFlags::FD,
-            put: OpCaps {
-                max_short: max_inline,
-                max_bcopy: cfg.ib.seg_size,
-                min_zcopy: 0,
-                max_zcopy: zcopy_max,
-                opt_zcopy_align: 512,
-                align_mtu: mtu,
-                max_iov: max_send_sge,
-                max_hdr: 0,
-            },
-            get: OpCaps {
-                max_short: 0,
-                max_bcopy: cfg.ib.seg_size,
-                min_zcopy: 0,
-                max_zcopy: zcopy_max,
-                opt_zcopy_align: 512,
-                align_mtu: mtu,
-                max_iov: max_send_sge,
-                max_hdr: 0,
-            },
+            // Put and get differ only in that put has an inline (short) form.
+            put: OpCaps { max_short: max_inline, ..rma },
+            get: rma,
             am: OpCaps {
                 max_short: max_inline - 1,
                 max_bcopy: cfg.ib.seg_size - 1,
@@ -386,14 +335,7 @@ impl RcIface {
             tx_chunks,
             rx_pool,
             rx_chunks,
-            rx: RefCell::new(Rx {
-                slots: (0..rx_len).map(|_| None).collect(),
-                refill: (0..rx_len as u32).rev().collect(),
-                // SAFETY: zero is a valid bit pattern for these plain structs.
-                wrs: vec![unsafe { std::mem::zeroed() }; batch],
-                // SAFETY: as above.
-                sges: vec![unsafe { std::mem::zeroed() }; batch],
-            }),
+            rx: RefCell::new(RecvSlots::new(rx_len, batch)),
             cq_available: Cell::new(cfg.tx_cq_len as i64 - 1),
             eps: RefCell::new(HashMap::new()),
             groups: RefCell::new(HashMap::new()),

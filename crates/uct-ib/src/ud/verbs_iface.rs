@@ -40,7 +40,7 @@ use super::wakeup::Wakeup;
 use super::wire::{self, PeerAddr, NETH_LEN};
 use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
 use crate::md::IbMd;
-use crate::pool::{reg_pool, RegChunks};
+use crate::pool::{reg_pool, RecvSlots, RegChunks};
 use crate::rc::{unpack_ep_addr, DevAddr, DEV_ADDR_LEN};
 use crate::verbs::{Ah, CompChannel, Cq, Pd, Qp};
 
@@ -392,7 +392,7 @@ impl IfaceInner {
         for d in delayed {
             n += self.on_datagram(now, d);
         }
-        if !self.rx.borrow().refill.is_empty() {
+        if !self.rx.borrow().ring.refill.is_empty() {
             self.refill();
         }
         if now >= self.next_timer.get() {
@@ -585,15 +585,7 @@ impl UdVerbsIface {
             send_cq,
             recv_cq,
             wakeup,
-            rx: RefCell::new(Rx {
-                slots: (0..rx_len).map(|_| None).collect(),
-                refill: (0..rx_len as u32).rev().collect(),
-                // SAFETY: zero is a valid bit pattern for these plain structs.
-                wrs: vec![unsafe { std::mem::zeroed() }; batch],
-                // SAFETY: as above.
-                sges: vec![unsafe { std::mem::zeroed() }; batch],
-                delayed: Vec::new(),
-            }),
+            rx: RefCell::new(Rx { ring: RecvSlots::new(rx_len, batch), delayed: Vec::new() }),
             tx: RefCell::new(Tx {
                 available: cfg.ib.tx_queue_len as i64,
                 unsignaled: 0,
@@ -785,7 +777,7 @@ impl Iface for UdVerbsIface {
         if !i.rx.borrow().delayed.is_empty() {
             return Err(Status::Busy);
         }
-        if !i.rx.borrow().refill.is_empty() {
+        if !i.rx.borrow().ring.refill.is_empty() {
             i.refill();
         }
         // Anything the core owes the network goes now; what cannot go waits for a send

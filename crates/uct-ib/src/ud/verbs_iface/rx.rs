@@ -6,6 +6,7 @@ use ucs::mpool::PoolBuf;
 use uct::AmRecv;
 
 use super::{bump, IfaceInner, GRH_LEN, PUT_HDR_LEN};
+use crate::pool::RecvSlots;
 use crate::ud::conn::{ReleaseReason, RxOutcome};
 use crate::ud::loss::{Fate, LossHook};
 use crate::ud::wire::{self, Creq, CtlPacket, Neth, Packet, PacketKind, NETH_LEN};
@@ -27,11 +28,8 @@ impl AsRef<[u8]> for RxDesc {
 
 /// Receive side: one slot per posted receive (the slot index is the work request id).
 pub(super) struct Rx {
-    pub(super) slots: Vec<Option<PoolBuf>>,
-    /// Slots whose receive completed and must be posted again.
-    pub(super) refill: Vec<u32>,
-    pub(super) wrs: Vec<sys::ibv_recv_wr>,
-    pub(super) sges: Vec<sys::ibv_sge>,
+    /// The posted receive buffers.
+    pub(super) ring: RecvSlots,
     /// Datagrams the loss injector holds back, processed after the next poll.
     pub(super) delayed: Vec<RxDesc>,
 }
@@ -41,20 +39,20 @@ impl IfaceInner {
     pub(super) fn take_rx(&self, wc: &sys::ibv_wc) -> Option<RxDesc> {
         let idx = wc.wr_id as usize;
         let mut rx = self.rx.borrow_mut();
-        let Some(buf) = rx.slots.get_mut(idx).and_then(Option::take) else {
+        let Some(buf) = rx.ring.slots.get_mut(idx).and_then(Option::take) else {
             tracing::error!(wr_id = wc.wr_id, "ud_verbs: receive completion for an empty slot");
             return None;
         };
         if wc.status != sys::IBV_WC_SUCCESS {
-            rx.slots[idx] = Some(buf);
+            rx.ring.slots[idx] = Some(buf);
             // A flushed receive means the QP is going away: do not post it again.
             if wc.status != sys::IBV_WC_WR_FLUSH_ERR {
                 tracing::warn!("ud_verbs: receive completion with error: {}", sys::wc_status_str(wc.status));
-                rx.refill.push(idx as u32);
+                rx.ring.refill.push(idx as u32);
             }
             return None;
         }
-        rx.refill.push(idx as u32);
+        rx.ring.refill.push(idx as u32);
         let total = wc.byte_len as usize;
         if total < GRH_LEN + NETH_LEN || total > self.rx_buf_len {
             drop(rx);
@@ -214,47 +212,14 @@ impl IfaceInner {
     }
 
     pub(super) fn refill(&self) -> usize {
+        let qp = self.qp.as_ptr();
         let mut rx = self.rx.borrow_mut();
-        let rx = &mut *rx;
-        let mut posted = 0;
-        while !rx.refill.is_empty() {
-            let batch = rx.refill.len().min(self.cfg.ib.rx_max_batch);
-            let mut n = 0;
-            for k in 0..batch {
-                let idx = rx.refill[rx.refill.len() - 1 - k] as usize;
-                if rx.slots[idx].is_none() {
-                    match self.rx_pool.get_buf() {
-                        Some(b) => rx.slots[idx] = Some(b),
-                        None => break,
-                    }
-                }
-                let ptr = rx.slots[idx].as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr());
-                let Some(lkey) = self.rx_chunks.lkey(ptr) else { break };
-                rx.sges[n] = sys::ibv_sge { addr: ptr as u64, length: self.rx_buf_len as u32, lkey };
-                n += 1;
-            }
-            if n == 0 {
-                break;
-            }
-            for k in 0..n {
-                let idx = rx.refill[rx.refill.len() - 1 - k];
-                let next = if k + 1 < n { &mut rx.wrs[k + 1] as *mut sys::ibv_recv_wr } else { std::ptr::null_mut() };
-                let sge = &mut rx.sges[k] as *mut sys::ibv_sge;
-                rx.wrs[k] = sys::ibv_recv_wr { wr_id: idx as u64, next, sg_list: sge, num_sge: 1 };
-            }
+        rx.ring.refill(&self.rx_pool, &self.rx_chunks, self.rx_buf_len, "ud_verbs: ibv_post_recv", |wrs| {
             let mut bad = std::ptr::null_mut();
-            // SAFETY: the QP is live; the chain of n WRs and their SGEs lives in `rx` for the
-            // call; every buffer is a registered pool slot of `rx_buf_len` bytes kept in
-            // `rx.slots` until its completion (and the QP is destroyed before the slots).
-            let r = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), rx.wrs.as_mut_ptr(), &mut bad) };
-            if r != 0 {
-                tracing::error!("ud_verbs: ibv_post_recv failed: {}", std::io::Error::from_raw_os_error(r));
-                break;
-            }
-            let keep = rx.refill.len() - n;
-            rx.refill.truncate(keep);
-            posted += n;
-        }
-        posted
+            // SAFETY: the QP is live; the chain and its SGEs live in the ring's arrays for the
+            // call; every buffer is a registered pool slot of `rx_buf_len` bytes kept in its
+            // slot until its completion (and the QP is destroyed before the slots).
+            unsafe { sys::ibv_post_recv(qp, wrs, &mut bad) }
+        })
     }
 }
