@@ -1,13 +1,13 @@
 //! The packed worker address: what one worker gives another (out of band) to connect.
 //!
-//! Layout (little endian), version 1:
+//! Layout (little endian), version 2:
 //!
 //! ```text
-//! magic  u16 = 0x5541 ("UA")   version u8 = 1   record count u8
+//! magic  u16 = 0x5541 ("UA")   version u8 = 2   record count u8
 //! uuid   u64                   name: len u8 + UTF-8 bytes
 //! per record:
 //!   tl name: len u8 + bytes    dev name: len u8 + bytes    dev type u8
-//!   iface flags u64            latency (ns) f64   bandwidth (B/s) f64   overhead (ns) f64
+//!   usage u8 (0: communication, 1: wireup only)   iface flags u64            latency (ns) f64   bandwidth (B/s) f64   overhead (ns) f64
 //!   dev address: len u16 + bytes      iface address: len u16 + bytes
 //! ```
 //!
@@ -19,7 +19,7 @@ use uct::{DeviceType, IfaceFlags};
 
 const MAGIC: u16 = 0x5541;
 /// Current address format version.
-pub const ADDRESS_VERSION: u8 = 1;
+pub const ADDRESS_VERSION: u8 = 2;
 /// At most this many records in one address.
 pub const MAX_RECORDS: usize = 64;
 
@@ -32,6 +32,9 @@ pub struct IfaceRecord {
     pub dev_name: String,
     /// Kind of device.
     pub dev_type: DeviceType,
+    /// Only for wireup messages of other transports (`:aux` in a `UCX_TLS` alias): never a
+    /// data lane, on either side.
+    pub aux: bool,
     /// The interface's capability flags.
     pub flags: IfaceFlags,
     /// Latency model, nanoseconds.
@@ -93,6 +96,7 @@ impl WorkerAddress {
             put_str(&mut out, &r.tl_name)?;
             put_str(&mut out, &r.dev_name)?;
             out.push(dev_type_code(r.dev_type));
+            out.push(r.aux as u8);
             out.extend_from_slice(&r.flags.bits().to_le_bytes());
             for v in [r.latency_ns, r.bandwidth, r.overhead_ns] {
                 out.extend_from_slice(&v.to_le_bytes());
@@ -128,6 +132,11 @@ impl WorkerAddress {
                 return Err(r.bad("empty transport name"));
             }
             let dev_type = dev_type_from(r.u8()?).ok_or_else(|| r.bad("unknown device type"))?;
+            let aux = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(r.bad("unknown interface usage")),
+            };
             let flags = IfaceFlags::from_bits_retain(r.u64()?);
             let latency_ns = r.f64()?;
             let bandwidth = r.f64()?;
@@ -142,6 +151,7 @@ impl WorkerAddress {
                 tl_name,
                 dev_name,
                 dev_type,
+                aux,
                 flags,
                 latency_ns,
                 bandwidth,
@@ -237,6 +247,7 @@ mod tests {
                     tl_name: "posix".into(),
                     dev_name: "memory".into(),
                     dev_type: DeviceType::Shm,
+                    aux: false,
                     flags: IfaceFlags::AM_SHORT | IfaceFlags::CONNECT_TO_IFACE,
                     latency_ns: 80.0,
                     bandwidth: 12e9,
@@ -248,6 +259,7 @@ mod tests {
                     tl_name: "self".into(),
                     dev_name: "memory0".into(),
                     dev_type: DeviceType::SelfDev,
+                    aux: true,
                     flags: IfaceFlags::AM_BCOPY,
                     latency_ns: 0.0,
                     bandwidth: 6e9,
@@ -279,7 +291,7 @@ mod tests {
     #[test]
     fn version_and_magic() {
         let mut p = sample().pack().unwrap();
-        p[2] = 2;
+        p[2] = ADDRESS_VERSION + 1;
         assert_eq!(WorkerAddress::unpack(&p), Err(Status::Unsupported));
         p[2] = ADDRESS_VERSION;
         p[0] ^= 1;

@@ -148,6 +148,7 @@ fn record_of(i: &WorkerIface) -> IfaceRecord {
         tl_name: i.resource.desc.tl.tl_name.clone(),
         dev_name: i.resource.desc.tl.dev_name.clone(),
         dev_type: i.resource.desc.tl.dev_type,
+        aux: i.resource.usage == TlUse::AuxOnly,
         flags: a.flags,
         latency_ns: (a.latency.c * 1e9).max(0.0),
         // A transport without a model still gets a positive bandwidth.
@@ -421,8 +422,31 @@ impl Core {
 
     // ---- sending helpers ---------------------------------------------------------------------
 
-    /// Sends a control message packed by `pack` on the endpoint's AM lane, or queues it.
+    /// Sends a control message on the endpoint's AM lane (wireup messages: its wireup lane),
+    /// or queues it. Wireup messages have their own queue and go out in any state but failed
+    /// or closed; the others queue behind what the endpoint already queued.
     pub fn send_ctrl(&self, ep: &Rc<Ep>, ctrl: crate::ep::Ctrl) {
+        if matches!(ctrl, crate::ep::Ctrl::Wireup { .. }) {
+            if ep.error().is_some() {
+                return;
+            }
+            if ep.wireup_q.borrow().is_empty() {
+                match self.try_ctrl(ep, &ctrl) {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!("ucp: sending {} failed: {e}", ctrl.name());
+                        return;
+                    }
+                }
+            }
+            let was_idle = ep.wireup_q.borrow().is_empty() && ep.pending.borrow().is_empty();
+            ep.wireup_q.borrow_mut().push_back(ctrl);
+            if was_idle {
+                self.pending_eps.borrow_mut().push(ep.id.get());
+            }
+            return;
+        }
         if ep.pending.borrow().is_empty() && matches!(ep.status.get(), EpStatus::Connecting | EpStatus::Connected) {
             match self.try_ctrl(ep, &ctrl) {
                 Ok(true) => return,
@@ -438,7 +462,8 @@ impl Core {
 
     /// One attempt; `Ok(false)` is "no resources, retry".
     pub fn try_ctrl(&self, ep: &Ep, ctrl: &crate::ep::Ctrl) -> UcsResult<bool> {
-        let r = ep.am().am_bcopy(ctrl.am_id(), &mut |buf| ctrl.pack(buf), uct::SendFlags::empty());
+        let lane = if matches!(ctrl, crate::ep::Ctrl::Wireup { .. }) { ep.wireup() } else { ep.am() };
+        let r = lane.am_bcopy(ctrl.am_id(), &mut |buf| ctrl.pack(buf), uct::SendFlags::empty());
         match r {
             Ok(Outcome::NoResource) => Ok(false),
             Ok(_) => Ok(true),
@@ -450,7 +475,7 @@ impl Core {
     pub fn queue(&self, ep: &Rc<Ep>, p: Pending) {
         let was_empty = {
             let mut q = ep.pending.borrow_mut();
-            let e = q.is_empty();
+            let e = q.is_empty() && ep.wireup_q.borrow().is_empty();
             q.push_back(p);
             e
         };
@@ -467,10 +492,12 @@ impl Core {
             // Re-borrowed every step: replaying may queue on other endpoints.
             let Some(id) = self.pending_eps.borrow().get(i).copied() else { break };
             let keep = match self.ep(id) {
-                Some(ep) if ep.status.get() == EpStatus::Connecting => true,
                 Some(ep) => {
-                    n += self.replay(&ep);
-                    !ep.pending.borrow().is_empty()
+                    n += self.replay_wireup(&ep);
+                    if ep.status.get() == EpStatus::Connected {
+                        n += self.replay(&ep);
+                    }
+                    !ep.pending.borrow().is_empty() || !ep.wireup_q.borrow().is_empty()
                 }
                 None => false,
             };
@@ -492,6 +519,27 @@ impl Core {
             self.replay(ep);
         }
         ep.ready()
+    }
+
+    /// Sends the queued wireup messages of an endpoint; stops at the first "no resources".
+    fn replay_wireup(&self, ep: &Rc<Ep>) -> usize {
+        let mut n = 0;
+        loop {
+            if ep.error().is_some() {
+                ep.wireup_q.borrow_mut().clear();
+                break;
+            }
+            let Some(c) = ep.wireup_q.borrow_mut().pop_front() else { break };
+            match self.try_ctrl(ep, &c) {
+                Ok(true) => n += 1,
+                Ok(false) => {
+                    ep.wireup_q.borrow_mut().push_front(c);
+                    break;
+                }
+                Err(e) => tracing::warn!("ucp: sending {} failed: {e}", c.name()),
+            }
+        }
+        n
     }
 
     /// Sends what an endpoint has queued, in order; stops at the first "no resources".
@@ -666,7 +714,7 @@ impl Core {
         self.keepalive_cursor.set(start + count);
         for &id in ids.iter().cycle().skip(start).take(count) {
             let Some(ep) = self.ep(id) else { continue };
-            let failed = ep.uct_eps.iter().find_map(|(_, e)| e.check(None).err());
+            let failed = ep.uct_eps.iter().find_map(|l| l.ep.check(None).err());
             if let Some(status) = failed {
                 self.on_ep_error(id, status);
             }

@@ -1,10 +1,15 @@
 //! Endpoints (`ucp_ep_h`): lanes to one remote worker, wireup, queueing, query and close.
 //!
 //! Wireup: creating an endpoint sends a `REQUEST` carrying this worker's address, its
-//! endpoint id and a connection number on the AM lane; the peer finds the endpoint it created
-//! towards us with the same number (simultaneous connect, or an endpoint to self) or creates
-//! one, and answers with a `REPLY` carrying its endpoint id. Until the reply arrives, sends are
-//! queued on the endpoint and replayed in order.
+//! endpoint id, a connection number and the addresses of its endpoint-to-endpoint lanes (rc)
+//! on the wireup lane (the AM lane when it connects to the remote interface, else a transport
+//! that does: ud or shared memory). The peer finds the endpoint it created towards us with the
+//! same number (simultaneous connect, or an endpoint to self) or creates one, connects its
+//! endpoint-to-endpoint lanes to ours, and answers with a `REPLY` carrying its endpoint id and
+//! lane addresses. The requester connects its lanes in turn and, when there are such lanes,
+//! sends an `ACK`: the replier uses its lanes only after it, when both ends are connected.
+//! Until then sends are queued on the endpoint and replayed in order; wireup messages have
+//! their own queue, so they never wait behind data.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -16,8 +21,8 @@ use ucs::{Status, UcsResult};
 use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::{RndvScheme, Thresh};
 use crate::core::Core;
-use crate::lanes::{self, LaneLimits, Lanes};
-use crate::wire::{self, WireupMsg, Writer};
+use crate::lanes::{self, LaneLimits, LanePair, Lanes};
+use crate::wire::{self, EpAddr, WireupMsg, Writer};
 
 /// Endpoint state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,11 +40,34 @@ pub(crate) enum EpStatus {
 /// A control message (protocol replies), queued when the lane is full.
 #[derive(Debug)]
 pub(crate) enum Ctrl {
-    Wireup { kind: u8, conn_sn: u32, src_uuid: u64, src_ep: u64, dst_ep: u64, with_address: Option<Rc<[u8]>> },
-    SyncAck { sreq: u64 },
-    Ats { sreq: u64, status: i32 },
-    Rtr { ep: u64, sreq: u64, rreq: u64, addr: u64, len: u64, rkey: Vec<u8> },
-    Atp { rreq: u64 },
+    Wireup {
+        kind: u8,
+        conn_sn: u32,
+        src_uuid: u64,
+        src_ep: u64,
+        dst_ep: u64,
+        with_address: Option<Rc<[u8]>>,
+        /// Encoded by `WireupMsg::encode_ep_addrs` (empty: none).
+        ep_addrs: Vec<u8>,
+    },
+    SyncAck {
+        sreq: u64,
+    },
+    Ats {
+        sreq: u64,
+        status: i32,
+    },
+    Rtr {
+        ep: u64,
+        sreq: u64,
+        rreq: u64,
+        addr: u64,
+        len: u64,
+        rkey: Vec<u8>,
+    },
+    Atp {
+        rreq: u64,
+    },
 }
 
 impl Ctrl {
@@ -59,7 +87,7 @@ impl Ctrl {
 
     pub fn pack(&self, buf: &mut [u8]) -> usize {
         match self {
-            Ctrl::Wireup { kind, conn_sn, src_uuid, src_ep, dst_ep, with_address } => {
+            Ctrl::Wireup { kind, conn_sn, src_uuid, src_ep, dst_ep, with_address, ep_addrs } => {
                 let m = WireupMsg {
                     kind: *kind,
                     conn_sn: *conn_sn,
@@ -67,6 +95,7 @@ impl Ctrl {
                     src_ep: *src_ep,
                     dst_ep: *dst_ep,
                     address: with_address.as_deref().unwrap_or(&[]),
+                    ep_addrs,
                 };
                 m.pack(buf).unwrap_or_else(|| {
                     tracing::error!("wireup message does not fit in {} bytes", buf.len());
@@ -137,6 +166,17 @@ pub(crate) struct EpConfig {
     pub scheme: RndvScheme,
 }
 
+/// One transport endpoint of a UCP endpoint.
+pub(crate) struct UctLane {
+    /// The interface records it connects (local, remote).
+    pub pair: LanePair,
+    pub ep: Box<dyn uct::Ep>,
+    /// Connects endpoint to endpoint (through wireup messages).
+    pub p2p: bool,
+    /// Connected (always, for a lane that connects to the remote interface).
+    pub connected: Cell<bool>,
+}
+
 /// An endpoint.
 pub(crate) struct Ep {
     pub id: Cell<Id>,
@@ -145,18 +185,32 @@ pub(crate) struct Ep {
     pub remote_id: Cell<u64>,
     pub status: Cell<EpStatus>,
     pub lanes: Lanes,
-    pub uct_eps: Vec<(usize, Box<dyn uct::Ep>)>,
+    pub uct_eps: Vec<UctLane>,
     pub am_idx: usize,
+    pub wireup_idx: usize,
     pub rndv: Option<RndvLane>,
     pub cfg: EpConfig,
     pub pending: RefCell<VecDeque<Pending>>,
+    /// Wireup messages waiting for send resources on the wireup lane.
+    pub wireup_q: RefCell<VecDeque<Ctrl>>,
 }
 
 impl Ep {
     /// The uct endpoint of the AM lane.
     #[inline]
     pub fn am(&self) -> &dyn uct::Ep {
-        &*self.uct_eps[self.am_idx].1
+        &*self.uct_eps[self.am_idx].ep
+    }
+
+    /// The uct endpoint of the wireup lane.
+    #[inline]
+    pub fn wireup(&self) -> &dyn uct::Ep {
+        &*self.uct_eps[self.wireup_idx].ep
+    }
+
+    /// Whether some lane connects endpoint to endpoint.
+    pub fn has_p2p(&self) -> bool {
+        self.uct_eps.iter().any(|l| l.p2p)
     }
 
     /// Ready for protocol sends (wired up, nothing queued).
@@ -179,7 +233,7 @@ impl Ep {
 /// What one lane of an endpoint is for, with its transport (`ucp_ep_query`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaneInfo {
-    /// `am`, `rma`, `amo` or `rndv`.
+    /// `am`, `wireup` (when not the AM lane), `rma`, `amo` or `rndv`.
     pub usage: &'static str,
     /// Transport name.
     pub transport: String,
@@ -200,6 +254,14 @@ pub struct EpInfo {
     pub rndv_thresh: usize,
     /// Payloads shorter than this go eager short.
     pub short_lim: usize,
+}
+
+/// Length of the encoded endpoint addresses of a wireup message.
+fn request_ep_addrs_len(c: &Ctrl) -> usize {
+    match c {
+        Ctrl::Wireup { ep_addrs, .. } => ep_addrs.len().max(1),
+        _ => 0,
+    }
 }
 
 /// Automatic rendezvous threshold: where `2 × len / am bandwidth` (copy in, copy out) exceeds
@@ -234,9 +296,13 @@ impl Core {
         let reachable = |l: &IfaceRecord, r: &IfaceRecord| {
             let Some(i) = self.address.ifaces.iter().position(|x| std::ptr::eq(x, l)) else { return false };
             let wi = &self.ifaces[i];
-            // Connecting to endpoints needs the wireup of a later transport; not offered yet.
-            wi.attr.flags.contains(uct::IfaceFlags::CONNECT_TO_IFACE)
-                && wi.iface.is_reachable(&r.dev_addr, Some(&r.iface_addr))
+            let to_iface = uct::IfaceFlags::CONNECT_TO_IFACE;
+            if wi.attr.flags.contains(to_iface) && r.flags.contains(to_iface) {
+                wi.iface.is_reachable(&r.dev_addr, Some(&r.iface_addr))
+            } else {
+                // Endpoint to endpoint: the device decides; the wireup lane carries the rest.
+                wi.attr.flags.contains(uct::IfaceFlags::CONNECT_TO_EP) && wi.iface.is_reachable(&r.dev_addr, None)
+            }
         };
         let lanes = lanes::select(&self.address, &remote, limits, &reachable);
         let Some(am) = lanes.am else {
@@ -248,20 +314,25 @@ impl Core {
             );
             return Err(Status::Unreachable);
         };
+        // The selection pairs an endpoint-to-endpoint AM lane with a wireup lane.
+        let wireup = lanes.wireup.unwrap_or(am);
         let id = self.eps.borrow_mut().insert(None);
-        let mut uct_eps: Vec<(usize, Box<dyn uct::Ep>)> = Vec::new();
-        let mut ep_for = |pair: lanes::LanePair| -> UcsResult<usize> {
-            if let Some(i) = uct_eps.iter().position(|(l, _)| *l == pair.local) {
+        let mut uct_eps: Vec<UctLane> = Vec::new();
+        let mut ep_for = |pair: LanePair| -> UcsResult<usize> {
+            if let Some(i) = uct_eps.iter().position(|l| l.pair == pair) {
                 return Ok(i);
             }
             let r = &remote.ifaces[pair.remote];
-            let params = uct::EpParams::to_iface(&r.dev_addr, &r.iface_addr).with_user_data(id.raw());
-            let e = self.ifaces[pair.local].iface.ep_create(&params)?;
-            uct_eps.push((pair.local, e));
+            let to_iface = uct::IfaceFlags::CONNECT_TO_IFACE;
+            let p2p = !(self.address.ifaces[pair.local].flags.contains(to_iface) && r.flags.contains(to_iface));
+            let params = if p2p { uct::EpParams::to_ep() } else { uct::EpParams::to_iface(&r.dev_addr, &r.iface_addr) };
+            let ep = self.ifaces[pair.local].iface.ep_create(&params.with_user_data(id.raw()))?;
+            uct_eps.push(UctLane { pair, ep, p2p, connected: Cell::new(!p2p) });
             Ok(uct_eps.len() - 1)
         };
-        let built = (|| -> UcsResult<(usize, Option<RndvLane>)> {
+        let built = (|| -> UcsResult<(usize, usize, Option<RndvLane>)> {
             let am_idx = ep_for(am)?;
+            let wireup_idx = ep_for(wireup)?;
             let rndv = match lanes.rndv.first() {
                 Some(&p) => {
                     let (l, r) = (&self.address.ifaces[p.local], &remote.ifaces[p.remote]);
@@ -280,9 +351,9 @@ impl Core {
                 }
                 None => None,
             };
-            Ok((am_idx, rndv))
+            Ok((am_idx, wireup_idx, rndv))
         })();
-        let (am_idx, rndv) = match built {
+        let (am_idx, wireup_idx, rndv) = match built {
             Ok(v) => v,
             Err(e) => {
                 self.eps.borrow_mut().remove(id);
@@ -290,8 +361,8 @@ impl Core {
                 return Err(e);
             }
         };
-        for (i, _) in &uct_eps {
-            self.activate(*i);
+        for l in &uct_eps {
+            self.activate(l.pair.local);
         }
         let am_attr = &self.ifaces[am.local].attr;
         let mut short_lim = am_attr.am.max_short.saturating_add(1).saturating_sub(wire::len::EAGER_ONLY);
@@ -318,9 +389,11 @@ impl Core {
             lanes,
             uct_eps,
             am_idx,
+            wireup_idx,
             rndv,
             cfg: EpConfig { short_lim, bcopy_max, rndv_thresh, scheme: cfg.rndv_scheme },
             pending: RefCell::new(VecDeque::new()),
+            wireup_q: RefCell::new(VecDeque::new()),
         });
         if let Some(slot) = self.eps.borrow_mut().get_mut(id) {
             *slot = Some(ep.clone());
@@ -381,20 +454,78 @@ impl Core {
         let uuid = remote.uuid;
         let ep = self.build_ep(remote, sn)?;
         let id = ep.id.get();
-        self.conn.borrow_mut().expected.insert((uuid, sn), id);
+        let ep_addrs = match self.p2p_addresses(&ep) {
+            Ok(a) => a,
+            Err(e) => {
+                self.ep_destroy(&ep);
+                return Err(e);
+            }
+        };
         let packed: Rc<[u8]> = self.packed.clone().into();
-        self.send_ctrl(
-            &ep,
-            Ctrl::Wireup {
-                kind: wire::wireup::REQUEST,
-                conn_sn: sn,
-                src_uuid: self.address.uuid,
-                src_ep: id.raw(),
-                dst_ep: 0,
-                with_address: Some(packed),
-            },
-        );
+        let request = Ctrl::Wireup {
+            kind: wire::wireup::REQUEST,
+            conn_sn: sn,
+            src_uuid: self.address.uuid,
+            src_ep: id.raw(),
+            dst_ep: 0,
+            with_address: Some(packed),
+            ep_addrs,
+        };
+        // The request must fit the wireup lane in one message.
+        let wl = &self.ifaces[ep.uct_eps[ep.wireup_idx].pair.local];
+        let need = WireupMsg::FIXED + 4 + self.packed.len() + request_ep_addrs_len(&request);
+        if need > wl.attr.am.max_bcopy {
+            tracing::error!(
+                "ucp: the wireup request to '{}' ({need} bytes: worker address and endpoint addresses) does not fit \
+                 one message of the wireup lane {} ({} bytes); use fewer transports in UCX_TLS",
+                ep.remote.name,
+                wl.resource.desc.tl.full_name(),
+                wl.attr.am.max_bcopy
+            );
+            self.ep_destroy(&ep);
+            return Err(Status::ExceedsLimit);
+        }
+        self.conn.borrow_mut().expected.insert((uuid, sn), id);
+        self.send_ctrl(&ep, request);
         Ok(id)
+    }
+
+    /// The encoded addresses of an endpoint's endpoint-to-endpoint lanes (empty: none).
+    fn p2p_addresses(&self, ep: &Ep) -> UcsResult<Vec<u8>> {
+        if !ep.has_p2p() {
+            return Ok(Vec::new());
+        }
+        let mut addrs = Vec::new();
+        for l in ep.uct_eps.iter().filter(|l| l.p2p) {
+            addrs.push((l.pair, l.ep.address()?));
+        }
+        let list: Vec<EpAddr<'_>> = addrs
+            .iter()
+            .map(|(p, a)| EpAddr { sender_iface: p.local as u8, receiver_iface: p.remote as u8, addr: a })
+            .collect();
+        WireupMsg::encode_ep_addrs(&list).ok_or(Status::InvalidParam)
+    }
+
+    /// Connects the endpoint-to-endpoint lanes of `ep` not yet connected to the addresses in a
+    /// peer's wireup message.
+    fn connect_p2p(&self, ep: &Ep, m: &WireupMsg<'_>) -> UcsResult<()> {
+        for l in ep.uct_eps.iter().filter(|l| l.p2p && !l.connected.get()) {
+            let lane_name = || self.ifaces[l.pair.local].resource.desc.tl.full_name();
+            let Some(a) = m
+                .ep_addrs()
+                .find(|a| a.sender_iface as usize == l.pair.remote && a.receiver_iface as usize == l.pair.local)
+            else {
+                tracing::warn!("wireup: '{}' sent no endpoint address for lane {}", ep.remote.name, lane_name());
+                return Err(Status::InvalidAddr);
+            };
+            let dev_addr = &ep.remote.ifaces[l.pair.remote].dev_addr;
+            if let Err(e) = l.ep.connect_to_ep(dev_addr, a.addr) {
+                tracing::warn!("wireup: cannot connect lane {} to '{}': {e}", lane_name(), ep.remote.name);
+                return Err(e);
+            }
+            l.connected.set(true);
+        }
+        Ok(())
     }
 
     /// A wireup message arrived.
@@ -403,56 +534,92 @@ impl Core {
             tracing::warn!("wireup: malformed message ({} bytes); dropped", data.len());
             return;
         };
-        if m.kind == wire::wireup::REQUEST {
-            let remote = match WorkerAddress::unpack(m.address) {
-                Ok(a) if a.uuid == m.src_uuid => a,
-                Ok(_) => {
-                    tracing::warn!("wireup: request's address does not match its sender; dropped");
+        match m.kind {
+            wire::wireup::REQUEST => self.on_wireup_request(&m),
+            _ => {
+                let what = if m.kind == wire::wireup::REPLY { "wireup reply" } else { "wireup ack" };
+                let Some(ep) = self.ep_from_wire(m.dst_ep, what) else { return };
+                if ep.remote.uuid != m.src_uuid || ep.conn_sn != m.conn_sn {
+                    tracing::warn!("{what}: from an unexpected worker; dropped");
                     return;
                 }
-                Err(e) => {
-                    tracing::warn!("wireup: request with a bad address ({e}); dropped");
+                if ep.error().is_some() {
                     return;
                 }
-            };
-            let key = (m.src_uuid, m.conn_sn);
-            let found = {
-                let mut c = self.conn.borrow_mut();
-                c.expected.remove(&key).or_else(|| c.unexpected.get(&key).copied())
-            };
-            let ep = match found.and_then(|id| self.ep(id)) {
-                Some(ep) => ep,
-                None => match self.build_ep(remote, m.conn_sn) {
-                    Ok(ep) => {
-                        self.conn.borrow_mut().unexpected.insert(key, ep.id.get());
-                        ep
-                    }
-                    Err(e) => {
-                        tracing::warn!("wireup: cannot create an endpoint for a peer's request: {e}");
+                ep.remote_id.set(m.src_ep);
+                if m.kind == wire::wireup::REPLY {
+                    if let Err(e) = self.connect_p2p(&ep, &m) {
+                        self.on_ep_error(ep.id.get(), e);
                         return;
                     }
-                },
-            };
-            ep.remote_id.set(m.src_ep);
-            self.ep_connected(&ep);
-            self.send_ctrl(
-                &ep,
-                Ctrl::Wireup {
-                    kind: wire::wireup::REPLY,
-                    conn_sn: m.conn_sn,
-                    src_uuid: self.address.uuid,
-                    src_ep: ep.id.get().raw(),
-                    dst_ep: m.src_ep,
-                    with_address: None,
-                },
-            );
-        } else {
-            let Some(ep) = self.ep_from_wire(m.dst_ep, "wireup reply") else { return };
-            if ep.remote.uuid != m.src_uuid || ep.conn_sn != m.conn_sn {
-                tracing::warn!("wireup: reply from an unexpected worker; dropped");
+                    if ep.has_p2p() {
+                        self.send_ctrl(&ep, self.wireup_msg(&ep, wire::wireup::ACK, m.src_ep, Vec::new()));
+                    }
+                }
+                self.ep_connected(&ep);
+            }
+        }
+    }
+
+    fn wireup_msg(&self, ep: &Ep, kind: u8, dst_ep: u64, ep_addrs: Vec<u8>) -> Ctrl {
+        Ctrl::Wireup {
+            kind,
+            conn_sn: ep.conn_sn,
+            src_uuid: self.address.uuid,
+            src_ep: ep.id.get().raw(),
+            dst_ep,
+            with_address: None,
+            ep_addrs,
+        }
+    }
+
+    fn on_wireup_request(&self, m: &WireupMsg<'_>) {
+        let remote = match WorkerAddress::unpack(m.address) {
+            Ok(a) if a.uuid == m.src_uuid => a,
+            Ok(_) => {
+                tracing::warn!("wireup: request's address does not match its sender; dropped");
                 return;
             }
-            ep.remote_id.set(m.src_ep);
+            Err(e) => {
+                tracing::warn!("wireup: request with a bad address ({e}); dropped");
+                return;
+            }
+        };
+        let key = (m.src_uuid, m.conn_sn);
+        let found = {
+            let mut c = self.conn.borrow_mut();
+            c.expected.remove(&key).or_else(|| c.unexpected.get(&key).copied())
+        };
+        let ep = match found.and_then(|id| self.ep(id)) {
+            Some(ep) => ep,
+            None => match self.build_ep(remote, m.conn_sn) {
+                Ok(ep) => {
+                    self.conn.borrow_mut().unexpected.insert(key, ep.id.get());
+                    ep
+                }
+                Err(e) => {
+                    tracing::warn!("wireup: cannot create an endpoint for a peer's request: {e}");
+                    return;
+                }
+            },
+        };
+        if ep.error().is_some() {
+            return;
+        }
+        ep.remote_id.set(m.src_ep);
+        let addrs = self.connect_p2p(&ep, m).and_then(|()| self.p2p_addresses(&ep));
+        let ep_addrs = match addrs {
+            Ok(a) => a,
+            Err(e) => {
+                self.on_ep_error(ep.id.get(), e);
+                return;
+            }
+        };
+        let p2p = ep.has_p2p();
+        self.send_ctrl(&ep, self.wireup_msg(&ep, wire::wireup::REPLY, m.src_ep, ep_addrs));
+        // With endpoint-to-endpoint lanes, the requester's lanes are connected only when its
+        // reply or ack says so.
+        if !p2p {
             self.ep_connected(&ep);
         }
     }
@@ -476,6 +643,9 @@ impl Core {
         };
         if let Some(p) = ep.lanes.am {
             add("am", p);
+        }
+        if let Some(p) = ep.lanes.wireup.filter(|&w| Some(w) != ep.lanes.am) {
+            add("wireup", p);
         }
         for p in &ep.lanes.rma {
             add("rma", *p);
@@ -555,7 +725,7 @@ impl Core {
                 && ep
                     .uct_eps
                     .iter()
-                    .all(|(_, e)| matches!(e.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_)));
+                    .all(|l| matches!(l.ep.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_)));
             if flushed {
                 ep.status.set(EpStatus::Closed);
                 self.ep_destroy(&ep);

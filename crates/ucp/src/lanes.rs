@@ -21,8 +21,12 @@ pub struct LanePair {
 /// The lanes of an endpoint.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Lanes {
-    /// Active messages (eager, wireup, protocol control).
+    /// Active messages (eager, protocol control).
     pub am: Option<LanePair>,
+    /// Wireup messages: the AM lane when it connects to the remote interface, else the best
+    /// pair that does (possibly a wireup-only `:aux` transport), which carries the endpoint
+    /// addresses of the lanes that connect endpoint to endpoint.
+    pub wireup: Option<LanePair>,
     /// Remote memory access, best first.
     pub rma: Vec<LanePair>,
     /// Atomics.
@@ -113,6 +117,8 @@ pub fn select(
         let (a, b) = rec(p);
         a.flags.contains(f) && b.flags.contains(f)
     };
+    let to_iface = |p: &LanePair| both(p, IfaceFlags::CONNECT_TO_IFACE);
+    let to_ep = |p: &LanePair| both(p, IfaceFlags::CONNECT_TO_EP);
     let ties = |x: &Candidate, y: &Candidate| {
         let (xa, xb) = rec(&x.0);
         let (ya, yb) = rec(&y.0);
@@ -128,24 +134,40 @@ pub fn select(
         v.sort_by(|x, y| order(x, y));
         v.into_iter().map(|(p, _)| p).collect::<Vec<_>>()
     };
-    let am = pick(&|p| both(p, IfaceFlags::AM_BCOPY), &by_latency).first().copied();
+    // Endpoint-to-endpoint pairs need a pair that reaches the remote interface to carry their
+    // addresses; without one they are out.
+    let wireup_carrier = pick(&|p| to_iface(p) && both(p, IfaceFlags::AM_BCOPY), &by_latency).first().copied();
+    let data = |p: &LanePair| {
+        let (a, b) = rec(p);
+        !a.aux && !b.aux && (to_iface(p) || (to_ep(p) && wireup_carrier.is_some()))
+    };
+    let am = pick(&|p| data(p) && both(p, IfaceFlags::AM_BCOPY), &by_latency).first().copied();
+    let wireup = match am {
+        Some(p) if to_iface(&p) => Some(p),
+        Some(_) => wireup_carrier,
+        None => None,
+    };
     let rma = pick(
         &|p| {
-            both(p, IfaceFlags::PUT_SHORT | IfaceFlags::GET_SHORT)
-                || both(p, IfaceFlags::PUT_ZCOPY)
-                || both(p, IfaceFlags::GET_ZCOPY)
-                || both(p, IfaceFlags::PUT_BCOPY | IfaceFlags::GET_BCOPY)
+            data(p)
+                && (both(p, IfaceFlags::PUT_SHORT | IfaceFlags::GET_SHORT)
+                    || both(p, IfaceFlags::PUT_ZCOPY)
+                    || both(p, IfaceFlags::GET_ZCOPY)
+                    || both(p, IfaceFlags::PUT_BCOPY | IfaceFlags::GET_BCOPY))
         },
         &by_latency,
     );
     let amo = if limits.atomics {
-        pick(&|p| both(p, IfaceFlags::ATOMIC_CPU) || both(p, IfaceFlags::ATOMIC_DEVICE), &by_latency).first().copied()
+        pick(&|p| data(p) && (both(p, IfaceFlags::ATOMIC_CPU) || both(p, IfaceFlags::ATOMIC_DEVICE)), &by_latency)
+            .first()
+            .copied()
     } else {
         None
     };
-    let mut rndv = pick(&|p| both(p, IfaceFlags::GET_ZCOPY) || both(p, IfaceFlags::PUT_ZCOPY), &by_bandwidth);
+    let mut rndv =
+        pick(&|p| data(p) && (both(p, IfaceFlags::GET_ZCOPY) || both(p, IfaceFlags::PUT_ZCOPY)), &by_bandwidth);
     rndv.truncate(limits.max_rndv_lanes);
-    Lanes { am, rma, amo, rndv }
+    Lanes { am, wireup, rma, amo, rndv }
 }
 
 #[cfg(test)]
@@ -157,6 +179,7 @@ mod tests {
             tl_name: tl.into(),
             dev_name: "memory".into(),
             dev_type: dt,
+            aux: false,
             flags,
             latency_ns: lat,
             bandwidth: bw,
@@ -176,7 +199,13 @@ mod tests {
                 rec("self", DeviceType::SelfDev, am | rma, 0.0, 6e9),
                 rec("posix", DeviceType::Shm, am | rma, 80.0, 12e9),
                 rec("sysv", DeviceType::Shm, am | rma, 80.0, 12e9),
-                rec("cma", DeviceType::Shm, IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY, 300.0, 14e9),
+                rec(
+                    "cma",
+                    DeviceType::Shm,
+                    IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY | IfaceFlags::CONNECT_TO_IFACE,
+                    300.0,
+                    14e9,
+                ),
             ],
         }
     }
@@ -224,5 +253,63 @@ mod tests {
         assert!(l.rndv.is_empty());
         let none = |_: &IfaceRecord, _: &IfaceRecord| false;
         assert_eq!(select(&a, &b, LIMITS, &none), Lanes::default());
+    }
+
+    /// rc (endpoint to endpoint) and ud (to interface) on a network device.
+    fn ib_worker(uuid: u64, ud_aux: bool) -> WorkerAddress {
+        let am = IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY;
+        let rc =
+            am | IfaceFlags::CONNECT_TO_EP | IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY | IfaceFlags::ATOMIC_DEVICE;
+        let mut ud = rec("ud_verbs", DeviceType::Net, am | IfaceFlags::CONNECT_TO_IFACE, 900.0, 1e9);
+        ud.aux = ud_aux;
+        WorkerAddress { uuid, name: String::new(), ifaces: vec![rec("rc_verbs", DeviceType::Net, rc, 700.0, 3e9), ud] }
+    }
+
+    #[test]
+    fn endpoint_to_endpoint_lanes_are_wired_up_through_an_interface_lane() {
+        let all = |_: &IfaceRecord, _: &IfaceRecord| true;
+        for aux in [true, false] {
+            let (a, b) = (ib_worker(1, aux), ib_worker(2, aux));
+            let l = select(&a, &b, LIMITS, &all);
+            let rc = Some(LanePair { local: 0, remote: 0 });
+            assert_eq!(l.am, rc, "rc has the lower latency");
+            assert_eq!(l.wireup, Some(LanePair { local: 1, remote: 1 }), "ud carries the wireup");
+            assert_eq!(l.amo, rc);
+            assert_eq!(l.rndv, [LanePair { local: 0, remote: 0 }]);
+            assert!(l.rma.iter().all(|p| p.local == 0), "{:?}", l.rma);
+        }
+        // A wireup-only transport is never a data lane, even when it is the better one.
+        let (mut a, mut b) = (ib_worker(1, true), ib_worker(2, true));
+        a.ifaces[1].latency_ns = 1.0;
+        b.ifaces[1].latency_ns = 1.0;
+        let l = select(&a, &b, LIMITS, &all);
+        assert_eq!(l.am, Some(LanePair { local: 0, remote: 0 }));
+        // Aux on one side only still keeps it out on both.
+        let l2 = select(&b, &ib_worker(3, false), LIMITS, &all);
+        assert_eq!(l2.am, Some(LanePair { local: 0, remote: 0 }));
+        // With no pair reaching an interface, rc cannot be wired up: no lanes at all.
+        let only_rc = |x: &IfaceRecord, _: &IfaceRecord| x.tl_name == "rc_verbs";
+        assert_eq!(select(&a, &b, LIMITS, &only_rc), Lanes::default());
+        // An interface lane carries its own wireup.
+        let only_ud = |x: &IfaceRecord, _: &IfaceRecord| x.tl_name == "ud_verbs";
+        let (a, b) = (ib_worker(1, false), ib_worker(2, false));
+        let l = select(&a, &b, LIMITS, &only_ud);
+        assert_eq!((l.am, l.wireup), (Some(LanePair { local: 1, remote: 1 }), Some(LanePair { local: 1, remote: 1 })));
+    }
+
+    #[test]
+    fn shared_memory_wires_up_a_network_bandwidth_lane() {
+        let all = |_: &IfaceRecord, _: &IfaceRecord| true;
+        let mut a = ib_worker(1, false);
+        a.ifaces.pop();
+        let mut s = shm_worker(1);
+        s.ifaces.truncate(2); // self, posix: no zero-copy
+        a.ifaces.extend(s.ifaces);
+        let mut b = a.clone();
+        b.uuid = 2;
+        let l = select(&a, &b, LIMITS, &all);
+        assert_eq!(l.am, Some(LanePair { local: 2, remote: 2 }), "posix");
+        assert_eq!(l.wireup, l.am);
+        assert_eq!(l.rndv, [LanePair { local: 0, remote: 0 }], "rc, connected through posix");
     }
 }

@@ -199,16 +199,39 @@ pub const RTS_FLAG_CONTIG: u8 = 1;
 
 /// Wireup message types.
 pub mod wireup {
-    /// A connection request carrying the sender's full worker address.
+    /// A connection request carrying the sender's full worker address and the addresses of its
+    /// endpoint-to-endpoint lanes.
     pub const REQUEST: u8 = 1;
-    /// The reply carrying the replier's endpoint id.
+    /// The reply carrying the replier's endpoint id and endpoint addresses; sent after the
+    /// replier connected its lanes to the requester's.
     pub const REPLY: u8 = 2;
+    /// The requester connected its endpoint-to-endpoint lanes too: the replier may use them.
+    pub const ACK: u8 = 3;
+}
+
+/// The address of one endpoint-to-endpoint lane in a wireup message: which interface record of
+/// the sender's address it belongs to, which record of the receiver's address it connects to,
+/// and the transport's endpoint address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpAddr<'a> {
+    /// Index of the sender's interface record.
+    pub sender_iface: u8,
+    /// Index of the receiver's interface record.
+    pub receiver_iface: u8,
+    /// The transport endpoint's address.
+    pub addr: &'a [u8],
 }
 
 /// A parsed wireup message.
+///
+/// ```text
+/// kind u32   conn_sn u32   src_uuid u64   src_ep u64   dst_ep u64
+/// worker address: len u32 + bytes (REQUEST; empty otherwise)
+/// count u8, then per lane: sender iface u8, receiver iface u8, len u16 + endpoint address
+/// ```
 #[derive(Debug)]
 pub struct WireupMsg<'a> {
-    /// `wireup::REQUEST` or `wireup::REPLY`.
+    /// `wireup::REQUEST`, `REPLY` or `ACK`.
     pub kind: u8,
     /// Connection sequence number, matching endpoints created towards each other.
     pub conn_sn: u32,
@@ -216,32 +239,71 @@ pub struct WireupMsg<'a> {
     pub src_uuid: u64,
     /// Sender's endpoint id.
     pub src_ep: u64,
-    /// Receiver's endpoint id (reply only).
+    /// Receiver's endpoint id (reply and ack).
     pub dst_ep: u64,
     /// Sender's packed worker address (request only).
     pub address: &'a [u8],
+    /// Encoded endpoint addresses, validated by `parse` (see [`WireupMsg::ep_addrs`]).
+    pub ep_addrs: &'a [u8],
 }
 
 impl<'a> WireupMsg<'a> {
     /// Fixed part: kind (padded to 4), conn_sn, uuid, src ep, dst ep.
     pub const FIXED: usize = 4 + 4 + 8 + 8 + 8;
 
-    /// Parses; `None` when malformed.
+    /// Parses; `None` when malformed (unknown kind, a length past the end, trailing bytes).
     pub fn parse(data: &'a [u8]) -> Option<Self> {
         let mut r = Reader::new(data);
-        let kind = r.u32()? as u8;
+        let kind = r.u32()?;
         let conn_sn = r.u32()?;
         let src_uuid = r.u64()?;
         let src_ep = r.u64()?;
         let dst_ep = r.u64()?;
-        let address = r.rest();
-        if kind != wireup::REQUEST && kind != wireup::REPLY {
+        let alen = r.u32()? as usize;
+        let address = r.bytes(alen)?;
+        let ep_addrs = r.rest();
+        if !(wireup::REQUEST..=wireup::ACK).contains(&(kind as u8)) || kind > 0xff {
             return None;
         }
-        Some(WireupMsg { kind, conn_sn, src_uuid, src_ep, dst_ep, address })
+        // Walk the entries once: afterwards iteration cannot fail.
+        let mut e = Reader::new(ep_addrs);
+        for _ in 0..e.u8()? {
+            e.u16()?;
+            let n = e.u16()? as usize;
+            e.bytes(n)?;
+        }
+        if !e.rest().is_empty() {
+            return None;
+        }
+        Some(WireupMsg { kind: kind as u8, conn_sn, src_uuid, src_ep, dst_ep, address, ep_addrs })
     }
 
-    /// Packs into `buf`; returns the length or `None` if it does not fit.
+    /// The endpoint addresses.
+    pub fn ep_addrs(&self) -> impl Iterator<Item = EpAddr<'a>> {
+        let mut r = Reader::new(self.ep_addrs);
+        let n = r.u8().unwrap_or(0);
+        (0..n).map_while(move |_| {
+            let sender_iface = r.u8()?;
+            let receiver_iface = r.u8()?;
+            let len = r.u16()? as usize;
+            Some(EpAddr { sender_iface, receiver_iface, addr: r.bytes(len)? })
+        })
+    }
+
+    /// Encodes endpoint addresses for [`WireupMsg::ep_addrs`]; `None` when there are more
+    /// than 255 or one is longer than 65535 bytes.
+    pub fn encode_ep_addrs(list: &[EpAddr<'_>]) -> Option<Vec<u8>> {
+        let mut out = vec![u8::try_from(list.len()).ok()?];
+        for e in list {
+            out.extend_from_slice(&[e.sender_iface, e.receiver_iface]);
+            out.extend_from_slice(&u16::try_from(e.addr.len()).ok()?.to_le_bytes());
+            out.extend_from_slice(e.addr);
+        }
+        Some(out)
+    }
+
+    /// Packs into `buf`; returns the length or `None` if it does not fit. `ep_addrs` must be
+    /// empty or come from [`WireupMsg::encode_ep_addrs`].
     pub fn pack(&self, buf: &mut [u8]) -> Option<usize> {
         let mut w = Writer::new(buf);
         let ok = w.put(&(self.kind as u32).to_le_bytes())
@@ -249,7 +311,9 @@ impl<'a> WireupMsg<'a> {
             && w.u64(self.src_uuid)
             && w.u64(self.src_ep)
             && w.u64(self.dst_ep)
-            && w.put(self.address);
+            && w.put(&u32::try_from(self.address.len()).ok()?.to_le_bytes())
+            && w.put(self.address)
+            && w.put(if self.ep_addrs.is_empty() { &[0] } else { self.ep_addrs });
         ok.then(|| w.written())
     }
 }
@@ -260,15 +324,39 @@ mod tests {
 
     #[test]
     fn wireup_round_trip_and_garbage() {
-        let m = WireupMsg { kind: wireup::REQUEST, conn_sn: 7, src_uuid: 1, src_ep: 2, dst_ep: 3, address: b"abc" };
-        let mut buf = [0u8; 64];
+        let eps = [
+            EpAddr { sender_iface: 3, receiver_iface: 4, addr: b"qp-1" },
+            EpAddr { sender_iface: 0, receiver_iface: 9, addr: b"" },
+        ];
+        let enc = WireupMsg::encode_ep_addrs(&eps).unwrap();
+        let m = WireupMsg {
+            kind: wireup::REQUEST,
+            conn_sn: 7,
+            src_uuid: 1,
+            src_ep: 2,
+            dst_ep: 3,
+            address: b"abc",
+            ep_addrs: &enc,
+        };
+        let mut buf = [0u8; 128];
         let n = m.pack(&mut buf).unwrap();
         let p = WireupMsg::parse(&buf[..n]).unwrap();
         assert_eq!((p.kind, p.conn_sn, p.src_uuid, p.src_ep, p.dst_ep, p.address), (1, 7, 1, 2, 3, &b"abc"[..]));
-        assert!(WireupMsg::parse(&buf[..WireupMsg::FIXED - 1]).is_none());
+        assert_eq!(p.ep_addrs().collect::<Vec<_>>(), eps);
+        for cut in 0..n {
+            assert!(WireupMsg::parse(&buf[..cut]).is_none(), "truncated at {cut}");
+        }
+        let mut longer = buf[..n].to_vec();
+        longer.push(0);
+        assert!(WireupMsg::parse(&longer).is_none(), "trailing byte");
         buf[0] = 9;
         assert!(WireupMsg::parse(&buf[..n]).is_none());
         assert!(m.pack(&mut [0u8; 10]).is_none());
+        // No endpoint addresses: one count byte.
+        let ack = WireupMsg { kind: wireup::ACK, ep_addrs: &[], address: &[], ..m };
+        let n = ack.pack(&mut buf).unwrap();
+        assert_eq!(n, WireupMsg::FIXED + 4 + 1);
+        assert_eq!(WireupMsg::parse(&buf[..n]).unwrap().ep_addrs().count(), 0);
     }
 
     #[test]

@@ -13,6 +13,7 @@ fn valid() -> Vec<u8> {
             tl_name: "sysv".into(),
             dev_name: "memory".into(),
             dev_type: DeviceType::Shm,
+            aux: false,
             flags: IfaceFlags::AM_SHORT,
             latency_ns: 80.0,
             bandwidth: 1e10,

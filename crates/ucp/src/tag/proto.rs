@@ -521,7 +521,7 @@ impl Core {
             // SAFETY: the send buffer stays valid until the request completes (caller of
             // tag_send), which happens only in `rndv_put_done`; the handle and key are kept in
             // the request until then.
-            let res = unsafe { ep.uct_eps[lane.uct].1.put_zcopy(&iov, addr, &rkey, Some(&comp)) };
+            let res = unsafe { ep.uct_eps[lane.uct].ep.put_zcopy(&iov, addr, &rkey, Some(&comp)) };
             if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
                 let z = zc_mut(&mut s.zc);
                 z.memh = Some(memh);
@@ -1047,7 +1047,7 @@ impl Core {
         // SAFETY: the receive buffer stays valid and untouched until the request completes
         // (caller of tag_recv, or the worker holds it for a future); completion happens only in
         // `rndv_get_done`, and the handle and key live in the request until then.
-        let res = unsafe { ep.uct_eps[lane.uct].1.get_zcopy(&iov, addr, &rkey, Some(&comp)) };
+        let res = unsafe { ep.uct_eps[lane.uct].ep.get_zcopy(&iov, addr, &rkey, Some(&comp)) };
         if let Ok(Outcome::NoResource) = res {
             return false;
         }
