@@ -202,6 +202,9 @@ pub struct ContextConfig {
     pub keepalive_interval: std::time::Duration,
     /// `UCX_KEEPALIVE_NUM_EPS`: endpoints checked per keepalive round.
     pub keepalive_num_eps: usize,
+    /// Overrides that are not UCP's own settings (`RC_TIMEOUT`, `POSIX_FIFO_SIZE`), kept for the
+    /// transports whose prefixes they carry, as `ucp_config_modify` does.
+    pub tl_config: Vec<(String, String)>,
 }
 
 impl ContextConfig {
@@ -217,8 +220,13 @@ impl ContextConfig {
             None => ContextConfigTable::read(&[""]),
         }
         .map_err(report)?;
+        let mut tl_config = Vec::new();
         for (name, value) in overrides {
-            t.set(name, value).map_err(report)?;
+            match t.set(name, value) {
+                Ok(()) => {}
+                Err(ucs::config::ConfigError::UnknownField { .. }) => tl_config.push((name.clone(), value.clone())),
+                Err(e) => return Err(report(e)),
+            }
         }
         let seg_size = match t.seg_size {
             MemUnits::Value(v) if (512..=(1 << 30)).contains(&v) => v,
@@ -253,6 +261,7 @@ impl ContextConfig {
             max_rndv_lanes: t.max_rndv_lanes as usize,
             keepalive_interval: t.keepalive_interval,
             keepalive_num_eps: t.keepalive_num_eps as usize,
+            tl_config,
         })
     }
 }

@@ -64,6 +64,22 @@ pub struct Resource {
     pub desc: ResourceDesc,
     /// Full use, or wireup only.
     pub usage: TlUse,
+    /// The context's overrides for this transport, named without its prefix.
+    pub config: Vec<(String, String)>,
+}
+
+/// The overrides in `tl_config` that carry one of `prefixes` (the first that matches), with it
+/// stripped; marks them in `used`.
+fn config_for(tl_config: &[(String, String)], prefixes: &[&str], used: &mut [bool]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, (name, value)) in tl_config.iter().enumerate() {
+        let upper = name.to_ascii_uppercase();
+        if let Some(p) = prefixes.iter().find(|p| upper.starts_with(*p) && upper.len() > p.len()) {
+            out.push((upper[p.len()..].to_string(), value.clone()));
+            used[i] = true;
+        }
+    }
+    out
 }
 
 struct Inner {
@@ -103,6 +119,7 @@ impl Context {
     pub fn with_config(params: &ContextParams, config: ContextConfig) -> UcsResult<Context> {
         let all = uct::query_resources();
         let mut resources = Vec::new();
+        let mut used = vec![false; config.tl_config.len()];
         for desc in all.iter() {
             let usage = config.tls.use_of(&desc.tl.tl_name);
             if usage == TlUse::Excluded {
@@ -117,7 +134,8 @@ impl Context {
             if !devices.allows(&desc.tl.dev_name) {
                 continue;
             }
-            resources.push(Resource { desc: desc.clone(), usage });
+            let tl_config = config_for(&config.tl_config, desc.tl.config_prefixes, &mut used);
+            resources.push(Resource { desc: desc.clone(), usage, config: tl_config });
         }
         // Names the user asked for that match nothing here.
         let mut not_available = Vec::new();
@@ -137,6 +155,12 @@ impl Context {
                 tracing::warn!("UCX_TLS: transport '{name}' is not available ({why}); available: {}", valid.join(", "));
                 not_available.push((name, why));
             }
+        }
+        // As UCX: a setting no transport in use takes is reported, not fatal.
+        for ((name, value), _) in config.tl_config.iter().zip(&used).filter(|(_, u)| !**u) {
+            tracing::warn!(
+                "ucp: invalid configuration {name}={value}: neither UCP nor a transport in use has this setting"
+            );
         }
         if resources.iter().all(|r| r.usage != TlUse::Full) {
             tracing::error!("no usable transports (UCX_TLS and the device lists left none)");

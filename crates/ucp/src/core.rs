@@ -178,6 +178,7 @@ impl Core {
                     let md = c.md_open(&r.desc.md_name)?;
                     let mut params = IfaceParams::new(&r.desc.tl.tl_name, &r.desc.tl.dev_name);
                     params.err_handler = Some(err);
+                    params.config = r.config.clone();
                     let iface: Rc<dyn Iface> = md.iface_open(&uct, &params)?.into();
                     Ok((md, iface))
                 });

@@ -5,6 +5,10 @@
 //!
 //! The peer is this test binary run again (`dying_peer`): it sends a small message and the
 //! rendezvous request of a large one, then exits without serving the rendezvous.
+//!
+//! Over shared memory (posix + cma) here, and over InfiniBand lanes (rc wired up through ud)
+//! where there is an RDMA device (the VM of `tools/rdma-vm/test`): there the dead peer's queue
+//! pair stops answering and the survivor's keepalive write exhausts its retries.
 
 mod common;
 
@@ -26,11 +30,20 @@ const SMALL: u64 = 1;
 const BIG: u64 = 2;
 const BIG_LEN: usize = 256 * 1024;
 
-fn worker(scheme: &str, wakeup: bool) -> Worker {
+const SHM: &str = "posix,cma";
+
+fn worker(tls: &str, scheme: &str, wakeup: bool) -> Worker {
+    ucs::log::init();
     uct_shm::register();
+    uct_ib::register();
     let f = if wakeup { Features::TAG | Features::WAKEUP } else { Features::TAG };
-    let p = ContextParams::new(f)
-        .with_config("TLS", "posix,cma")
+    let mut p = ContextParams::new(f);
+    if tls != SHM {
+        // Give up on a silent peer after 4 tries of ~130 ms (default: 8 of ~1 s).
+        p = p.with_config("RC_TIMEOUT", "100ms").with_config("RC_RETRY_COUNT", "3");
+    }
+    let p = p
+        .with_config("TLS", tls)
         .with_config("RNDV_THRESH", "1000")
         .with_config("RNDV_SCHEME", scheme)
         .with_config("KEEPALIVE_INTERVAL", "50ms");
@@ -44,6 +57,7 @@ fn dying_peer() {
     let Ok(env) = std::env::var(PEER_ENV) else { return };
     let (addr, mode) = env.split_once(' ').unwrap();
     uct_shm::register();
+    uct_ib::register();
     let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
     let w = Worker::new(&ctx, &WorkerParams::new("dying")).unwrap();
     let ep = w.ep_create(&unhex(addr)).unwrap();
@@ -58,15 +72,17 @@ fn dying_peer() {
     let r = unsafe { ep.tag_send_nbx(SendData::Contig(&big), BIG, RequestParam::new()) }.unwrap();
     assert!(r.is_some(), "a rendezvous send cannot complete at once");
     std::mem::forget(r);
-    // Die without serving the rendezvous (no destructors, no progress).
+    // Let the transport carry the request out (rc hands it to the kernel, which sends it on
+    // its own), then die without serving the rendezvous (no destructors, no progress).
+    std::thread::sleep(Duration::from_millis(300));
     std::process::exit(0);
 }
 
-fn run_peer(w: &Worker, mode: &str) {
+fn run_peer(w: &Worker, tls: &str, mode: &str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "dying_peer", "--nocapture", "--test-threads", "1"])
         .env(PEER_ENV, format!("{} {mode}", hex(w.address())))
-        .env("UCX_TLS", "posix,cma")
+        .env("UCX_TLS", tls)
         .env("UCX_RNDV_THRESH", "1000")
         .stdout(Stdio::null())
         .spawn()
@@ -96,9 +112,9 @@ fn complete(w: &Worker, req: &Request<'_>, sleep: bool) -> Status {
     req.status()
 }
 
-fn big_recv_fails(scheme: &str, posted_first: bool, sleep: bool) {
-    let what = format!("{scheme}, posted {}, sleeping {sleep}", if posted_first { "first" } else { "after" });
-    let w = worker(scheme, sleep);
+fn big_recv_fails(tls: &str, scheme: &str, posted_first: bool, sleep: bool) {
+    let what = format!("{tls}, {scheme}, posted {}, sleeping {sleep}", if posted_first { "first" } else { "after" });
+    let w = worker(tls, scheme, sleep);
     let mut small = [0u8; 64];
     let mut big = vec![0u8; BIG_LEN];
     // SAFETY: both buffers outlive their requests, waited for below.
@@ -112,10 +128,10 @@ fn big_recv_fails(scheme: &str, posted_first: bool, sleep: bool) {
     };
     let rb = if posted_first {
         let r = post_big(&mut big);
-        run_peer(&w, "die");
+        run_peer(&w, tls, "die");
         r
     } else {
-        run_peer(&w, "die");
+        run_peer(&w, tls, "die");
         post_big(&mut big)
     };
     let status = complete(&w, &rb, sleep);
@@ -133,7 +149,7 @@ fn big_recv_fails(scheme: &str, posted_first: bool, sleep: bool) {
     let mut again = [0u8; 64];
     // SAFETY: `again` outlives the request, waited for below.
     let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut again), SMALL, FULL_MASK, RequestParam::new()) }.unwrap();
-    run_peer(&w, "ok");
+    run_peer(&w, tls, "ok");
     let info = match r {
         RecvResult::Done(i) => i,
         RecvResult::Pending(r) => r.wait().unwrap(),
@@ -146,17 +162,46 @@ fn rendezvous_receive_fails_when_the_sender_dies() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for scheme in ["put_zcopy", "am"] {
         for posted_first in [true, false] {
-            big_recv_fails(scheme, posted_first, false);
+            big_recv_fails(SHM, scheme, posted_first, false);
         }
     }
     // With get_zcopy a receive posted first may read the data before the peer exits, which is
     // a success; matched after the death, the read itself fails.
-    big_recv_fails("get_zcopy", false, false);
+    big_recv_fails(SHM, "get_zcopy", false, false);
 }
 
 #[test]
 fn a_sleeping_survivor_is_woken_by_keepalive() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    big_recv_fails("put_zcopy", true, true);
-    big_recv_fails("am", false, true);
+    big_recv_fails(SHM, "put_zcopy", true, true);
+    big_recv_fails(SHM, "am", false, true);
+}
+
+/// Whether this machine has an RDMA device; without one, says why (a failure under
+/// `UCX_RS_REQUIRE_RDMA=1`).
+fn have_rdma() -> bool {
+    uct_ib::register();
+    if uct::query_resources().iter().any(|r| r.tl.tl_name == "rc_verbs") {
+        return true;
+    }
+    let why = uct_ib::unavailable_reason().unwrap_or_else(|| "no active port".into());
+    assert!(
+        std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
+        "UCX_RS_REQUIRE_RDMA=1 but no RDMA device: {why}"
+    );
+    eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
+    false
+}
+
+#[test]
+fn over_rc_a_dead_sender_fails_the_receive() {
+    if !have_rdma() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Each detection waits for rc's retries (UCX_RC_TIMEOUT x UCX_RC_RETRY_COUNT).
+    big_recv_fails("rc_v,ud_v", "put_zcopy", true, false);
+    big_recv_fails("rc_v,ud_v", "am", false, false);
+    big_recv_fails("rc_v,ud_v", "get_zcopy", false, false);
+    big_recv_fails("rc_v,ud_v", "put_zcopy", true, true);
 }

@@ -253,11 +253,14 @@ impl Md for IbMd {
     fn tl_resources(&self) -> Vec<TlResource> {
         let mut out = Vec::new();
         for p in &self.dev.ports {
-            for tl in [crate::rc::NAME, crate::ud::NAME] {
+            for (tl, config_prefixes) in
+                [(crate::rc::NAME, crate::rc::CONFIG_PREFIXES), (crate::ud::NAME, crate::ud::CONFIG_PREFIXES)]
+            {
                 out.push(TlResource {
                     tl_name: tl.into(),
                     dev_name: format!("{}:{}", self.dev.name, p.num),
                     dev_type: DeviceType::Net,
+                    config_prefixes,
                 });
             }
         }

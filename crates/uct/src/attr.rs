@@ -309,6 +309,10 @@ pub struct TlResource {
     pub dev_name: String,
     /// Kind of device.
     pub dev_type: DeviceType,
+    /// Prefixes of the transport's `UCX_*` settings, most specific first (`RC_VERBS_`, `RC_`,
+    /// `IB_`): a setting named with one of them (`RC_TIMEOUT`) is the transport's setting
+    /// without it (`TIMEOUT`), the form [`crate::IfaceParams::config`] takes.
+    pub config_prefixes: &'static [&'static str],
 }
 
 impl TlResource {

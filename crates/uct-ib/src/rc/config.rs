@@ -83,15 +83,15 @@ pub(crate) fn rnr_timer_code(d: Duration) -> u8 {
 impl RcConfig {
     /// Reads the environment (or `source`), then `overrides`, and validates.
     pub fn read(source: Option<&dyn ConfigSource>, overrides: &[(String, String)]) -> UcsResult<RcConfig> {
-        let prefixes = ["RC_VERBS_", "RC_", "IB_"];
-        let (ib, overrides) = IbIfaceConfig::read(source, &prefixes, overrides, 64)?;
+        let prefixes = super::CONFIG_PREFIXES;
+        let (ib, overrides) = IbIfaceConfig::read(source, prefixes, overrides, 64)?;
         let report = |e: ucs::config::ConfigError| {
             tracing::error!("{e}");
             Status::from(e)
         };
         let mut t = match source {
-            Some(s) => RcConfigTable::read_from(s, &prefixes),
-            None => RcConfigTable::read(&prefixes),
+            Some(s) => RcConfigTable::read_from(s, prefixes),
+            None => RcConfigTable::read(prefixes),
         }
         .map_err(report)?;
         for (name, value) in overrides {

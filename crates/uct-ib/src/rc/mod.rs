@@ -23,6 +23,9 @@ pub use iface::RcIface;
 /// Transport name.
 pub const NAME: &str = "rc_verbs";
 
+/// Prefixes of rc_verbs' `UCX_*` settings, most specific first.
+pub const CONFIG_PREFIXES: &[&str] = &["RC_VERBS_", "RC_", "IB_"];
+
 /// Flow-control bits of the AM header byte (above the 5 bits of the AM id).
 pub(crate) const FC_SOFT_REQ: u8 = 1 << 5;
 pub(crate) const FC_HARD_REQ: u8 = 1 << 6;

@@ -52,3 +52,6 @@ pub use wire::{Crep, Creq, CtlPacket, DevAddr, EpAddr, Neth, Packet, PacketKind,
 
 /// Transport name.
 pub const NAME: &str = "ud_verbs";
+
+/// Prefixes of ud_verbs' `UCX_*` settings, most specific first.
+pub const CONFIG_PREFIXES: &[&str] = &["UD_VERBS_", "UD_", "IB_"];

@@ -47,15 +47,15 @@ impl UdVerbsConfig {
     /// Reads the environment (or `source`), applies `overrides` (names without prefix, from
     /// either table; an unknown name is `NoElem`) and validates.
     pub fn read(source: Option<&dyn ConfigSource>, overrides: &[(String, String)]) -> UcsResult<UdVerbsConfig> {
-        let prefixes = ["UD_VERBS_", "UD_", "IB_"];
-        let (ib, overrides) = IbIfaceConfig::read(source, &prefixes, overrides, 256)?;
+        let prefixes = super::CONFIG_PREFIXES;
+        let (ib, overrides) = IbIfaceConfig::read(source, prefixes, overrides, 256)?;
         let report = |e: ucs::config::ConfigError| {
             tracing::error!("ud_verbs: {e}");
             Status::from(e)
         };
         let mut t = match source {
-            Some(s) => UdVerbsConfigTable::read_from(s, &prefixes),
-            None => UdVerbsConfigTable::read(&prefixes),
+            Some(s) => UdVerbsConfigTable::read_from(s, prefixes),
+            None => UdVerbsConfigTable::read(prefixes),
         }
         .map_err(report)?;
         let mut rel_overrides: Vec<(&str, &str)> = Vec::new();

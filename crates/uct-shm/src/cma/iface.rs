@@ -15,6 +15,9 @@ use uct::{
 use super::NAME;
 use crate::mm::machine_id;
 
+/// Prefixes of the `UCX_*` settings of cma.
+pub(crate) const CONFIG_PREFIXES: &[&str] = &["CMA_", "SCOPY_"];
+
 ucs::config_table! {
     /// `UCX_CMA_*` (with `UCX_SCOPY_*` as the family prefix, as in UCX).
     pub struct CmaConfigTable {
@@ -173,7 +176,7 @@ impl CmaIface {
             tracing::error!("{e}");
             Status::from(e)
         };
-        let mut t = CmaConfigTable::read(&["CMA_", "SCOPY_"]).map_err(report)?;
+        let mut t = CmaConfigTable::read(CONFIG_PREFIXES).map_err(report)?;
         for (n, v) in &params.config {
             t.set(n, v).map_err(report)?;
         }

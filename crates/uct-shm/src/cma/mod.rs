@@ -151,7 +151,12 @@ impl Md for CmaMd {
     }
 
     fn tl_resources(&self) -> Vec<TlResource> {
-        vec![TlResource { tl_name: NAME.into(), dev_name: DEVICE.into(), dev_type: DeviceType::Shm }]
+        vec![TlResource {
+            tl_name: NAME.into(),
+            dev_name: DEVICE.into(),
+            dev_type: DeviceType::Shm,
+            config_prefixes: iface::CONFIG_PREFIXES,
+        }]
     }
 
     fn iface_open(&self, worker: &Worker, params: &IfaceParams) -> UcsResult<Box<dyn Iface>> {

@@ -28,12 +28,16 @@ pub struct MmComponent {
     pub kind: SegKind,
     /// Configuration prefix (`POSIX_`, `SYSV_`).
     pub prefix: &'static str,
+    /// Every configuration prefix, most specific first (with `MM_`).
+    pub prefixes: &'static [&'static str],
 }
 
 /// The `posix` component.
-pub static POSIX: MmComponent = MmComponent { name: "posix", kind: SegKind::Posix, prefix: "POSIX_" };
+pub static POSIX: MmComponent =
+    MmComponent { name: "posix", kind: SegKind::Posix, prefix: "POSIX_", prefixes: &["POSIX_", "MM_"] };
 /// The `sysv` component.
-pub static SYSV: MmComponent = MmComponent { name: "sysv", kind: SegKind::Sysv, prefix: "SYSV_" };
+pub static SYSV: MmComponent =
+    MmComponent { name: "sysv", kind: SegKind::Sysv, prefix: "SYSV_", prefixes: &["SYSV_", "MM_"] };
 
 impl Component for MmComponent {
     fn name(&self) -> &'static str {
@@ -121,7 +125,12 @@ impl Md for MmMd {
     }
 
     fn tl_resources(&self) -> Vec<TlResource> {
-        vec![TlResource { tl_name: self.comp.name.into(), dev_name: DEVICE.into(), dev_type: DeviceType::Shm }]
+        vec![TlResource {
+            tl_name: self.comp.name.into(),
+            dev_name: DEVICE.into(),
+            dev_type: DeviceType::Shm,
+            config_prefixes: self.comp.prefixes,
+        }]
     }
 
     fn iface_open(&self, worker: &Worker, params: &IfaceParams) -> UcsResult<Box<dyn Iface>> {

@@ -166,7 +166,12 @@ impl Md for SelfMd {
     }
 
     fn tl_resources(&self) -> Vec<TlResource> {
-        vec![TlResource { tl_name: NAME.into(), dev_name: DEVICE.into(), dev_type: DeviceType::SelfDev }]
+        vec![TlResource {
+            tl_name: NAME.into(),
+            dev_name: DEVICE.into(),
+            dev_type: DeviceType::SelfDev,
+            config_prefixes: &["SELF_"],
+        }]
     }
 
     fn iface_open(&self, worker: &Worker, params: &IfaceParams) -> UcsResult<Box<dyn Iface>> {

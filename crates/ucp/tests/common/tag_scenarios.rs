@@ -1,0 +1,531 @@
+//! The MPI tag-matching scenarios shared by the tag tests (`tag_semantics` over self and shared
+//! memory, `tag_ib` over InfiniBand lanes): senders in this process or in peer processes (the
+//! test binary run again, its `tag_peer` test calling [`peer_main`]), receive helpers, and the
+//! scenarios themselves. Include with `#[path = "common/tag_scenarios.rs"] mod scenarios;`.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::common::{hex, pattern, unhex};
+use ucp::{
+    Context, ContextParams, Endpoint, Features, RecvData, RecvInfo, RecvResult, Request, RequestParam, SendData,
+    Status, Worker, WorkerParams, FULL_MASK,
+};
+
+/// Busy-polling tests of this file run one at a time.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+const PEER_ENV: &str = "UCP_TAG_PEER_ADDR";
+const DEFER_ENV: &str = "UCP_TAG_PEER_DEFER";
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub const BIG: usize = 200_000;
+
+/// A TAG context over `tls` with configuration overrides.
+pub fn context(tls: &str, cfg: &[(&str, &str)]) -> Context {
+    uct_shm::register();
+    uct_ib::register();
+    let mut p = ContextParams::new(Features::TAG).with_config("TLS", tls);
+    for (k, v) in cfg {
+        p = p.with_config(k, v);
+    }
+    Context::new(&p).unwrap()
+}
+
+/// Starts sending `pattern(len, seed)`; the caller keeps the returned data until the request
+/// (if any) completed.
+fn start_send(ep: &Endpoint, tag: u64, len: usize, seed: u64, sync: bool) -> (Vec<u8>, Option<Request<'_>>) {
+    let data = pattern(len, seed);
+    // SAFETY: the Vec's heap buffer does not move when the Vec moves to the caller, who keeps
+    // it until the request completed.
+    let r = unsafe {
+        let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
+        if sync {
+            ep.tag_send_sync_nbx(d, tag, RequestParam::new())
+        } else {
+            ep.tag_send_nbx(d, tag, RequestParam::new())
+        }
+    }
+    .unwrap();
+    (data, r)
+}
+
+/// Something that sends on request: the same worker (self), or a peer process.
+pub trait Sender {
+    /// Starts sending `pattern(len, seed)` with `tag`.
+    fn send(&mut self, w: &Worker, tag: u64, len: usize, seed: u64, sync: bool);
+    /// Sends not yet complete.
+    fn pending(&mut self, w: &Worker) -> usize;
+    /// Waits until every send completed (progressing `w`).
+    fn flush(&mut self, w: &Worker) {
+        let t = Instant::now();
+        while self.pending(w) > 0 {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "sends did not complete");
+        }
+    }
+}
+
+/// Sends over an endpoint of the receiving worker to itself.
+pub struct LocalSender {
+    ep: &'static Endpoint,
+    bufs: Vec<(Vec<u8>, Option<Request<'static>>)>,
+}
+
+impl LocalSender {
+    pub fn new(w: &Worker) -> Self {
+        // Leaked so requests can borrow it for the rest of the test process.
+        LocalSender { ep: Box::leak(Box::new(w.ep_create(w.address()).unwrap())), bufs: Vec::new() }
+    }
+}
+
+impl Sender for LocalSender {
+    fn send(&mut self, _w: &Worker, tag: u64, len: usize, seed: u64, sync: bool) {
+        self.bufs.push(start_send(self.ep, tag, len, seed, sync));
+    }
+
+    fn pending(&mut self, _w: &Worker) -> usize {
+        self.bufs.retain(|(_, r)| r.as_ref().is_some_and(|r| !r.is_completed()));
+        self.bufs.len()
+    }
+}
+
+/// A sender process.
+pub struct RemoteSender {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl RemoteSender {
+    /// Starts a peer process over transports `tls` with configuration `cfg`.
+    pub fn spawn(w: &Worker, tls: &str, cfg: &[(&str, &str)]) -> Self {
+        Self::start(w, tls, cfg, false)
+    }
+
+    /// Starts a peer that connects only on [`RemoteSender::connect`]; returns it and its
+    /// worker address.
+    pub fn spawn_deferred(w: &Worker, tls: &str, cfg: &[(&str, &str)]) -> (Self, Vec<u8>) {
+        let s = Self::start(w, tls, cfg, true);
+        let a = s.lines.recv_timeout(TIMEOUT).expect("the peer did not send its address");
+        let addr = unhex(a.strip_prefix("addr ").expect("an address line"));
+        (s, addr)
+    }
+
+    /// Lets a deferred peer create its endpoint to us.
+    pub fn connect(&mut self, w: &Worker) {
+        assert_eq!(self.ask(w, "connect"), "connecting");
+    }
+
+    /// Asks the peer to receive `pattern(len, seed)` with `tag`; returns its answer
+    /// (`received` when the data was right).
+    pub fn recv(&mut self, w: &Worker, tag: u64, len: usize, seed: u64) -> String {
+        self.ask(w, &format!("recv {tag} {len} {seed}"))
+    }
+
+    fn start(w: &Worker, tls: &str, cfg: &[(&str, &str)], defer: bool) -> Self {
+        let hex = hex(w.address());
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "tag_peer", "--nocapture", "--test-threads", "1"])
+            .env(PEER_ENV, hex)
+            .env("UCX_TLS", tls)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (k, v) in cfg {
+            cmd.env(format!("UCX_{k}"), v);
+        }
+        if defer {
+            cmd.env(DEFER_ENV, "1");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                // libtest may print "test tag_peer ... " on the same line first.
+                if let Some(at) = l.find("PEER< ") {
+                    if tx.send(l[at + 6..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        RemoteSender { child, stdin, lines }
+    }
+
+    /// Sends a command; returns the answer, progressing `w` meanwhile.
+    fn ask(&mut self, w: &Worker, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let t = Instant::now();
+        loop {
+            w.progress();
+            if let Ok(l) = self.lines.try_recv() {
+                return l;
+            }
+            assert!(t.elapsed() < TIMEOUT, "peer did not answer '{line}'");
+        }
+    }
+}
+
+impl RemoteSender {
+    /// The peer's endpoint lanes once wired up: `connected usage=transport ...`.
+    pub fn lanes(&mut self, w: &Worker) -> String {
+        self.ask(w, "lanes")
+    }
+}
+
+impl Sender for RemoteSender {
+    fn send(&mut self, w: &Worker, tag: u64, len: usize, seed: u64, sync: bool) {
+        let a = self.ask(w, &format!("send {tag} {len} {seed} {}", sync as u8));
+        assert_eq!(a, "started");
+    }
+
+    fn pending(&mut self, w: &Worker) -> usize {
+        self.ask(w, "pending").parse().unwrap()
+    }
+}
+
+impl Drop for RemoteSender {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The peer process: connects to the address in the environment, sends on command. Each
+/// including binary calls it from a test named `tag_peer`; it returns at once in a test run.
+pub fn peer_main() {
+    let Ok(peer_addr) = std::env::var(PEER_ENV) else { return };
+    let addr = unhex(&peer_addr);
+    uct_shm::register();
+    uct_ib::register();
+    let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
+    let w = Worker::new(&ctx, &WorkerParams::new("peer")).unwrap();
+    let (tx, rx) = channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let say = |s: &str| {
+        println!("PEER< {s}");
+        std::io::stdout().flush().unwrap();
+    };
+    if std::env::var_os(DEFER_ENV).is_some() {
+        // Simultaneous connect: hand out our address, then connect on command without
+        // progressing in between, so the receiver's wireup request is still unread.
+        say(&format!("addr {}", hex(w.address())));
+        assert_eq!(rx.recv().as_deref(), Ok("connect"));
+    }
+    let ep = w.ep_create(&addr).unwrap();
+    if std::env::var_os(DEFER_ENV).is_some() {
+        say("connecting");
+    }
+    let mut sends: Vec<(Vec<u8>, Option<Request<'_>>)> = Vec::new();
+    loop {
+        w.progress();
+        let line = match rx.try_recv() {
+            Ok(l) => l,
+            Err(std::sync::mpsc::TryRecvError::Empty) => continue,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+        };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.first().copied() {
+            Some("send") => {
+                let (tag, len, seed, sync) =
+                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4] == "1");
+                sends.push(start_send(&ep, tag, len, seed, sync));
+                say("started");
+            }
+            Some("recv") => {
+                // Receives `pattern(len, seed)` with `tag` (from the receiver's endpoint to us).
+                let (tag, len, seed): (u64, usize, u64) =
+                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
+                let mut buf = vec![0u8; len];
+                // SAFETY: `buf` outlives the request, completed (or failed) before it goes.
+                let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) };
+                let got = match r.unwrap() {
+                    RecvResult::Done(i) => Ok(i),
+                    RecvResult::Pending(r) => {
+                        let t = Instant::now();
+                        while !r.is_completed() && t.elapsed() < TIMEOUT {
+                            w.progress();
+                        }
+                        if r.is_completed() {
+                            r.recv_info().ok_or(r.status())
+                        } else {
+                            Err(Status::TimedOut)
+                        }
+                    }
+                };
+                match got {
+                    Ok(i) if i.length == len && buf == pattern(len, seed) => say("received"),
+                    Ok(i) => say(&format!("wrong data ({} B)", i.length)),
+                    Err(e) => say(&format!("failed {e}")),
+                }
+            }
+            Some("lanes") => {
+                // `usage=transport` for each lane, once wired up.
+                let t = Instant::now();
+                while !ep.query().unwrap().connected && t.elapsed() < TIMEOUT {
+                    w.progress();
+                }
+                let q = ep.query().unwrap();
+                let lanes: Vec<String> = q.lanes.iter().map(|l| format!("{}={}", l.usage, l.transport)).collect();
+                say(&format!("{} {}", if q.connected { "connected" } else { "connecting" }, lanes.join(" ")));
+            }
+            Some("pending") => {
+                sends.retain(|(_, r)| {
+                    r.as_ref().is_some_and(|r| {
+                        let s = r.status();
+                        assert!(s == Status::InProgress || s == Status::Ok, "send failed: {s}");
+                        s == Status::InProgress
+                    })
+                });
+                say(&sends.len().to_string());
+            }
+            _ => {
+                let t = Instant::now();
+                while sends.iter().any(|(_, r)| r.as_ref().is_some_and(|r| !r.is_completed())) && t.elapsed() < TIMEOUT
+                {
+                    w.progress();
+                }
+                sends.clear();
+                return;
+            }
+        }
+    }
+}
+
+// ---- receive helpers ---------------------------------------------------------------------------
+
+struct Recv {
+    buf: Vec<u8>,
+    req: Option<Request<'static>>,
+    done: Option<Result<RecvInfo, Status>>,
+}
+
+/// Posts a receive into a `cap`-byte buffer (with 16 guard bytes after it).
+fn post(w: &'static Worker, tag: u64, mask: u64, cap: usize) -> Recv {
+    let mut buf = vec![0xa5u8; cap + 16];
+    // SAFETY: the Vec's heap buffer is kept in `Recv` until the request completed (`wait`).
+    let r = unsafe {
+        w.tag_recv_nbx(
+            RecvData::Contig(std::slice::from_raw_parts_mut(buf.as_mut_ptr(), cap)),
+            tag,
+            mask,
+            RequestParam::new(),
+        )
+    };
+    match r {
+        Ok(RecvResult::Done(i)) => Recv { buf, req: None, done: Some(Ok(i)) },
+        Ok(RecvResult::Pending(req)) => Recv { buf, req: Some(req), done: None },
+        Err(e) => Recv { buf, req: None, done: Some(Err(e)) },
+    }
+}
+
+impl Recv {
+    fn poll(&mut self) -> bool {
+        if self.done.is_none() {
+            if let Some(r) = &self.req {
+                if r.is_completed() {
+                    self.done = Some(match r.status() {
+                        Status::Ok => Ok(r.recv_info().unwrap()),
+                        e => Err(e),
+                    });
+                    self.req = None;
+                }
+            }
+        }
+        self.done.is_some()
+    }
+
+    fn wait(&mut self, w: &Worker) -> Result<RecvInfo, Status> {
+        let t = Instant::now();
+        while !self.poll() {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "receive did not complete");
+        }
+        let cap = self.buf.len() - 16;
+        assert!(self.buf[cap..].iter().all(|&b| b == 0xa5), "a receive wrote past its buffer");
+        self.done.unwrap()
+    }
+
+    fn check(&mut self, w: &Worker, len: usize, seed: u64, tag: u64) {
+        let info = self.wait(w).unwrap_or_else(|e| panic!("receive of {len} B (seed {seed}) failed: {e}"));
+        assert_eq!((info.length, info.sender_tag), (len, tag), "seed {seed}");
+        assert!(self.buf[..len] == pattern(len, seed)[..], "{len} B (seed {seed}): wrong data");
+    }
+}
+
+// ---- scenarios ---------------------------------------------------------------------------------
+
+pub fn non_overtaking(w: &'static Worker, s: &mut dyn Sender) {
+    // Unexpected: both arrive before the receives.
+    s.send(w, 1, BIG, 1, false);
+    s.send(w, 1, 100, 2, false);
+    let t = Instant::now();
+    while w.stats().2 < 2 {
+        w.progress();
+        assert!(t.elapsed() < TIMEOUT);
+    }
+    let mut a = post(w, 1, FULL_MASK, BIG);
+    let mut b = post(w, 1, FULL_MASK, BIG);
+    a.check(w, BIG, 1, 1);
+    b.check(w, 100, 2, 1);
+    // Expected: receives first.
+    let mut a = post(w, 1, FULL_MASK, BIG);
+    let mut b = post(w, 1, FULL_MASK, BIG);
+    s.send(w, 1, BIG, 3, false);
+    s.send(w, 1, 100, 4, false);
+    a.check(w, BIG, 3, 1);
+    b.check(w, 100, 4, 1);
+    s.flush(w);
+}
+
+pub fn posting_order(w: &'static Worker, s: &mut dyn Sender) {
+    let mut r1 = post(w, 5, FULL_MASK, BIG);
+    let mut r2 = post(w, 0, 0, BIG);
+    let mut r3 = post(w, 5, FULL_MASK, BIG);
+    let mut r4 = post(w, 0x700, 0xf00, BIG);
+    let mut r5 = post(w, 0, 0, BIG);
+    for (i, (tag, len)) in [(5u64, 10usize), (5, 20_000), (5, 30), (0x712, BIG), (9, 0)].into_iter().enumerate() {
+        s.send(w, tag, len, 10 + i as u64, false);
+    }
+    r1.check(w, 10, 10, 5);
+    r2.check(w, 20_000, 11, 5);
+    r3.check(w, 30, 12, 5);
+    r4.check(w, BIG, 13, 0x712);
+    r5.check(w, 0, 14, 9);
+    s.flush(w);
+}
+
+pub fn probe_cancel_truncate(w: &'static Worker, s: &mut dyn Sender) {
+    // Probe for a message sent later, eager and rendezvous.
+    for (len, seed) in [(100usize, 20u64), (BIG, 21)] {
+        assert!(w.tag_probe(30, FULL_MASK, false).is_none());
+        s.send(w, 30, len, seed, false);
+        let t = Instant::now();
+        let (info, msg) = loop {
+            if let Some(x) = w.tag_probe(30, FULL_MASK, true) {
+                break x;
+            }
+            assert!(t.elapsed() < TIMEOUT, "probe never saw the message");
+        };
+        assert_eq!(info.length, len);
+        let mut buf = vec![0u8; len];
+        // SAFETY: `buf` outlives the wait below.
+        let r = unsafe { w.tag_msg_recv_nbx(RecvData::Contig(&mut buf), msg.unwrap(), RequestParam::new()) }.unwrap();
+        assert_eq!(r.wait().unwrap().length, len);
+        assert!(buf == pattern(len, seed));
+    }
+    s.flush(w);
+    // Cancel exact and wildcard receives: the message goes to the receive posted after them.
+    let mut exact = post(w, 40, FULL_MASK, 64);
+    let mut wild = post(w, 0, 0, 64);
+    exact.req.as_ref().unwrap().cancel();
+    wild.req.as_ref().unwrap().cancel();
+    assert_eq!(exact.wait(w), Err(Status::Canceled));
+    assert_eq!(wild.wait(w), Err(Status::Canceled));
+    s.send(w, 40, 50, 22, false);
+    let mut r = post(w, 40, FULL_MASK, 64);
+    r.check(w, 50, 22, 40);
+    // Truncation, eager and rendezvous, expected and unexpected; then 1 B into a large buffer.
+    for len in [1000usize, BIG] {
+        let mut r = post(w, 41, FULL_MASK, 10);
+        s.send(w, 41, len, 23, false);
+        assert_eq!(r.wait(w), Err(Status::MessageTruncated));
+        s.send(w, 41, len, 24, false);
+        let t = Instant::now();
+        while w.stats().2 == 0 {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "the message never arrived");
+        }
+        let mut r = post(w, 41, FULL_MASK, 10);
+        assert_eq!(r.wait(w), Err(Status::MessageTruncated));
+    }
+    s.send(w, 42, 1, 25, false);
+    let mut r = post(w, 42, FULL_MASK, 1 << 20);
+    r.check(w, 1, 25, 42);
+    s.flush(w);
+}
+
+pub fn sync_and_zero(w: &'static Worker, s: &mut dyn Sender) {
+    for len in [0usize, 100, 20_000, BIG] {
+        s.send(w, 50, len, 30, true);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(30) {
+            w.progress();
+        }
+        assert_eq!(s.pending(w), 1, "sync send of {len} B completed before a receive matched it");
+        let mut r = post(w, 50, FULL_MASK, BIG);
+        r.check(w, len, 30, 50);
+        s.flush(w);
+    }
+    s.send(w, 51, 0, 31, false);
+    let mut r = post(w, 51, FULL_MASK, 0);
+    r.check(w, 0, 31, 51);
+    s.flush(w);
+}
+
+/// Many senders, many messages, nothing posted yet: everything arrives, in order per sender.
+pub fn flood(w: &'static Worker, senders: &mut [&mut dyn Sender], per: usize) {
+    let sizes = [0usize, 8, 300, 9000, 40_000];
+    for i in 0..per {
+        for (k, s) in senders.iter_mut().enumerate() {
+            let len = sizes[(i + k) % sizes.len()];
+            s.send(w, ((k as u64) << 32) | i as u64, len, (k * 100_000 + i) as u64, false);
+        }
+    }
+    let mut next = vec![0usize; senders.len()];
+    for _ in 0..per * senders.len() {
+        let mut r = post(w, 0, 0, 64 * 1024);
+        let info = r.wait(w).unwrap();
+        let (k, i) = ((info.sender_tag >> 32) as usize, (info.sender_tag & 0xffff_ffff) as usize);
+        assert_eq!(i, next[k], "sender {k}: message {i} overtook {}", next[k]);
+        next[k] += 1;
+        let len = sizes[(i + k) % sizes.len()];
+        r.check(w, len, (k * 100_000 + i) as u64, info.sender_tag);
+    }
+    for s in senders.iter_mut() {
+        s.flush(w);
+    }
+    assert_eq!(w.stats().2, 0, "unexpected messages left");
+}
+
+pub fn all_scenarios(w: &'static Worker, s: &mut dyn Sender, what: &str) {
+    eprintln!("{what}: non-overtaking");
+    non_overtaking(w, s);
+    eprintln!("{what}: posting order");
+    posting_order(w, s);
+    eprintln!("{what}: probe, cancel, truncation");
+    probe_cancel_truncate(w, s);
+    eprintln!("{what}: sync and zero length");
+    sync_and_zero(w, s);
+}
+
+/// Configurations forcing every protocol path.
+pub const CONFIGS: &[(&str, &[(&str, &str)])] = &[
+    ("default", &[]),
+    ("rndv get_zcopy", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "get_zcopy")]),
+    ("rndv put_zcopy", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "put_zcopy")]),
+    ("rndv am", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "am")]),
+    ("no eager short", &[("BCOPY_THRESH", "0")]),
+];

@@ -1,0 +1,150 @@
+//! UCP tag matching over InfiniBand lanes, across processes, on a real verbs stack (Soft-RoCE in
+//! the VM of `tools/rdma-vm/test`): the scenarios of `tag_semantics` under every forced
+//! protocol path, over
+//! - `UCX_TLS=rc_v,ud_v`: rc carries the data, its endpoints wired up through ud;
+//! - `UCX_TLS=ud_v`: ud alone, reliability in software;
+//! - `UCX_TLS=rc_v`: rc with ud as a wireup-only (`:aux`) transport;
+//! - `UCX_TLS=posix,rc_verbs`: shared memory for messages, rc (wired up through shared memory)
+//!   for rendezvous data.
+//!
+//! Without an RDMA device (outside the VM) the tests say so and pass, unless
+//! `UCX_RS_REQUIRE_RDMA=1`.
+
+mod common;
+#[path = "common/tag_scenarios.rs"]
+mod scenarios;
+
+use common::pattern;
+use scenarios::*;
+use ucp::{RecvData, RequestParam, SendData, Worker, WorkerParams, FULL_MASK};
+
+/// The peer process (see [`scenarios::peer_main`]).
+#[test]
+fn tag_peer() {
+    peer_main();
+}
+
+/// Whether this machine has an RDMA device; without one, says why (a failure under
+/// `UCX_RS_REQUIRE_RDMA=1`).
+fn have_rdma() -> bool {
+    uct_ib::register();
+    match uct_ib::unavailable_reason() {
+        None if uct::query_resources().iter().any(|r| r.tl.tl_name == "rc_verbs") => true,
+        why => {
+            let why = why.unwrap_or_else(|| "no active port".into());
+            assert!(
+                std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
+                "UCX_RS_REQUIRE_RDMA=1 but there is no RDMA device: {why}"
+            );
+            eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
+            false
+        }
+    }
+}
+
+/// Runs every scenario and configuration with peers over `tls`; `expect` checks the lanes the
+/// first peer reports (`connected usage=transport ...`).
+fn run(tls: &str, expect: &[&str], flood_per: usize) {
+    if !have_rdma() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, cfg) in CONFIGS {
+        let w: &'static Worker =
+            Box::leak(Box::new(Worker::new(&context(tls, cfg), &WorkerParams::new("receiver")).unwrap()));
+        let mut s = RemoteSender::spawn(w, tls, cfg);
+        let lanes = s.lanes(w);
+        eprintln!("{tls}, {name}: peer's lanes: {lanes}");
+        assert!(lanes.starts_with("connected "), "{lanes}");
+        for e in expect {
+            assert!(lanes.split(' ').any(|l| l == *e), "{tls}: expected lane {e}, got {lanes}");
+        }
+        all_scenarios(w, &mut s, &format!("{tls}, {name}"));
+        let mut s2 = RemoteSender::spawn(w, tls, cfg);
+        flood(w, &mut [&mut s, &mut s2], flood_per);
+        let c = w.proto_counts();
+        eprintln!("{tls}, {name}: {c:?}");
+        // The receiver counts the rendezvous it served. Without a zero-copy lane (ud) the
+        // forced schemes fall back to data in active messages; the automatic threshold may
+        // keep everything eager (shared memory copies faster than emulated rc moves data).
+        let zcopy = expect.iter().any(|e| e.starts_with("rndv="));
+        match *name {
+            "rndv get_zcopy" if zcopy => assert!(c.rndv_get > 0, "{c:?}"),
+            "rndv put_zcopy" if zcopy => assert!(c.rndv_put > 0, "{c:?}"),
+            "rndv get_zcopy" | "rndv put_zcopy" | "rndv am" => assert!(c.rndv_am > 0, "{c:?}"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn over_rc_wired_up_through_ud() {
+    run("rc_v,ud_v", &["am=rc_verbs", "wireup=ud_verbs", "rndv=rc_verbs"], 100);
+}
+
+#[test]
+fn over_ud() {
+    run("ud_v", &["am=ud_verbs"], 100);
+}
+
+#[test]
+fn over_rc_with_ud_for_wireup_only() {
+    run("rc_v", &["am=rc_verbs", "wireup=ud_verbs", "rndv=rc_verbs"], 50);
+}
+
+#[test]
+fn shared_memory_wires_up_rc_for_rendezvous() {
+    run("posix,rc_verbs", &["am=posix", "rndv=rc_verbs"], 50);
+}
+
+/// Both sides create their endpoint before either has read the other's wireup request; the
+/// endpoint-to-endpoint lanes still connect once, and data flows both ways on them.
+#[test]
+fn simultaneous_connect() {
+    if !have_rdma() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (tls, am) in [("rc_v,ud_v", "rc_verbs"), ("posix,rc_verbs", "posix")] {
+        let cfg: &[(&str, &str)] = &[("RNDV_THRESH", "1000")];
+        let w = Worker::new(&context(tls, cfg), &WorkerParams::new("receiver")).unwrap();
+        let (mut s, addr) = RemoteSender::spawn_deferred(&w, tls, cfg);
+        // Our request goes out now; the peer is not progressing until it created its own.
+        let ep = w.ep_create(&addr).unwrap();
+        s.connect(&w);
+        for (tag, len) in [(7u64, 100usize), (8, 5000)] {
+            let data = pattern(len, tag);
+            // SAFETY: `data` outlives the request, waited for below.
+            let r = unsafe { ep.tag_send_nbx(SendData::Contig(&data), tag, RequestParam::new()) }.unwrap();
+            assert_eq!(s.recv(&w, tag, len, tag), "received", "{tls}: {len} B to the peer");
+            if let Some(r) = r {
+                let t = std::time::Instant::now();
+                while !r.is_completed() {
+                    w.progress();
+                    assert!(t.elapsed() < TIMEOUT, "{tls}: the send to the peer never completed");
+                }
+                assert_eq!(r.status(), ucp::Status::Ok);
+            }
+        }
+        for (tag, len) in [(9u64, 100usize), (10, 5000)] {
+            s.send(&w, tag, len, tag, false);
+            let mut buf = vec![0u8; len];
+            // SAFETY: `buf` outlives the request, waited for below.
+            let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) }.unwrap();
+            let info = match r {
+                ucp::RecvResult::Done(i) => i,
+                ucp::RecvResult::Pending(r) => r.wait().unwrap(),
+            };
+            assert_eq!(info.length, len);
+            assert!(buf == pattern(len, tag), "{tls}: {len} B from the peer");
+            s.flush(&w);
+        }
+        let lanes = s.lanes(&w);
+        assert!(lanes.contains(&format!("am={am}")) && lanes.contains("rndv=rc_verbs"), "{tls}: {lanes}");
+        let q = ep.query().unwrap();
+        assert!(q.connected);
+        assert_eq!(q.lanes[0].transport, am, "{tls}: {q:?}");
+        assert_eq!(w.stats().0, 1, "{tls}: both requests ended in one endpoint");
+        eprintln!("{tls}: simultaneous connect: peer's lanes {lanes}");
+    }
+}
