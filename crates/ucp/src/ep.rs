@@ -162,6 +162,11 @@ pub(crate) struct EpConfig {
     pub bcopy_max: usize,
     /// Messages of this size or more go rendezvous.
     pub rndv_thresh: usize,
+    /// Contiguous eager messages of this size or more go zero-copy (`usize::MAX`: never, the
+    /// AM lane has no `am_zcopy`).
+    pub zcopy_thresh: usize,
+    /// Largest `am_zcopy` message (header and payload) on the AM lane.
+    pub zcopy_max: usize,
     /// Rendezvous scheme.
     pub scheme: RndvScheme,
 }
@@ -373,6 +378,18 @@ impl Core {
             short_lim = short_lim.min(t);
         }
         let bcopy_max = am_attr.am.max_bcopy;
+        // Eager zero-copy where the AM lane has it and takes UCP's largest eager header.
+        let zcopy_ok = am_attr.flags.contains(uct::IfaceFlags::AM_ZCOPY)
+            && am_attr.am.max_hdr >= wire::len::EAGER_SYNC_FIRST
+            && am_attr.am.max_zcopy > wire::len::EAGER_SYNC_FIRST;
+        let zcopy_thresh = match cfg.zcopy_thresh {
+            _ if !zcopy_ok => usize::MAX,
+            Thresh::Fixed(t) => t,
+            // From the size that no longer fits one copied fragment: copying it would take
+            // several bounce buffers, sending from the user's buffer takes a registration
+            // (cached) instead.
+            Thresh::Auto => bcopy_max.saturating_sub(wire::len::EAGER_ONLY) + 1,
+        };
         let rndv_thresh = match cfg.rndv_thresh {
             Thresh::Fixed(t) => t,
             Thresh::Auto => match lanes.rndv.first() {
@@ -391,7 +408,14 @@ impl Core {
             am_idx,
             wireup_idx,
             rndv,
-            cfg: EpConfig { short_lim, bcopy_max, rndv_thresh, scheme: cfg.rndv_scheme },
+            cfg: EpConfig {
+                short_lim,
+                bcopy_max,
+                rndv_thresh,
+                zcopy_thresh,
+                zcopy_max: am_attr.am.max_zcopy,
+                scheme: cfg.rndv_scheme,
+            },
             pending: RefCell::new(VecDeque::new()),
             wireup_q: RefCell::new(VecDeque::new()),
         });
@@ -432,8 +456,9 @@ impl Core {
             }
         };
         range(c.short_lim, format!("eager short on {am}"));
-        range(single.saturating_add(1), format!("eager bcopy on {am}"));
-        range(usize::MAX, format!("eager bcopy, multi-fragment on {am}"));
+        range(single.saturating_add(1).min(c.zcopy_thresh), format!("eager bcopy on {am}"));
+        range(c.zcopy_thresh, format!("eager bcopy, multi-fragment on {am}"));
+        range(usize::MAX, format!("eager zero-copy on {am} (contiguous buffers; others bcopy)"));
         if rt != usize::MAX {
             lines.push(format!("[ucp]   {rt}..inf: {rndv}"));
         }

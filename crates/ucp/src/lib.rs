@@ -44,6 +44,8 @@ pub struct ProtoCounts {
     pub eager_multi: u64,
     /// Synchronous eager (sender).
     pub eager_sync: u64,
+    /// Eager zero-copy, one fragment or several (sender).
+    pub eager_zcopy: u64,
     /// Rendezvous where the receiver got the data (receiver).
     pub rndv_get: u64,
     /// Rendezvous where the sender put the data (receiver).

@@ -201,6 +201,8 @@ pub(crate) enum SendPhase {
     Queued,
     /// Eager fragments sent up to `offset`.
     Frags { offset: usize, msg_id: u64 },
+    /// Eager zero-copy fragments posted up to `offset` (`msg_id` of a multi-fragment message).
+    Zcopy { offset: usize, msg_id: u64 },
     /// All data sent; waiting for the sync ack.
     WaitAck,
     /// RTS queued or sent; waiting for ATS or RTR.
@@ -234,6 +236,8 @@ pub(crate) struct ZcState {
     pub rkey: Option<uct::RemoteKey>,
     /// The matched rendezvous request (receiver).
     pub rts: Option<crate::core::Rts>,
+    /// Counts the eager zero-copy fragments in flight, plus one until all are posted.
+    pub comp: Option<std::rc::Rc<uct::Completion>>,
 }
 
 /// The zero-copy state of a request, created on first use.

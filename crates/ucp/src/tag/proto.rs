@@ -1,9 +1,11 @@
-//! Tag protocols: eager short, eager bcopy (one fragment or many), eager sync, and rendezvous
-//! (get_zcopy, put_zcopy, or data in active messages), on both sides.
+//! Tag protocols: eager short, eager bcopy (one fragment or many), eager zero-copy, eager sync,
+//! and rendezvous (get_zcopy, put_zcopy, or data in active messages), on both sides.
 //!
 //! Protocol choice for a message of `len` bytes on an endpoint (see `EpConfig`):
-//! `len < short_lim` and not sync: eager short; `len < rndv_thresh`: eager bcopy, one fragment
-//! when it fits, else first + middle fragments; otherwise rendezvous. Every message from one
+//! `len < short_lim` and not sync: eager short; `len < rndv_thresh`: eager zero-copy from
+//! `zcopy_thresh` for a contiguous buffer (the same messages as bcopy, sent from the user's
+//! registered buffer), else eager bcopy, one fragment when it fits, else first + middle
+//! fragments; otherwise rendezvous. Every message from one
 //! endpoint goes through its AM lane in order, and matching happens when the first piece (the
 //! only fragment, the first fragment or the RTS) arrives, so messages never overtake each
 //! other.
@@ -126,7 +128,7 @@ impl Core {
                 return Some(r);
             }
         }
-        if len + len::EAGER_ONLY <= ep.cfg.bcopy_max {
+        if len + len::EAGER_ONLY <= ep.cfg.bcopy_max && !Self::zcopy(ep, buf) {
             let r = ep.am().am_bcopy(
                 wire::AM_EAGER_ONLY,
                 &mut |dst| {
@@ -146,6 +148,158 @@ impl Core {
         None
     }
 
+    /// Whether an eager message goes zero-copy on `ep`.
+    #[inline]
+    fn zcopy(ep: &Ep, buf: &Buf) -> bool {
+        let len = buf.len();
+        len >= ep.cfg.zcopy_thresh && len > 0 && buf.contig().is_some()
+    }
+
+    /// Posts the eager zero-copy fragments of send `rid` (phase `Zcopy`) from the user's buffer,
+    /// registered once; the request completes when the transport completed every fragment (a
+    /// sync send: and the receiver matched). True unless the lane ran out of resources.
+    fn send_zcopy(&self, ep: &Rc<Ep>, rid: Id) -> bool {
+        let (seg, tag, sync, hint, (mut offset, mut msg_id), comp) = {
+            let reqs = self.reqs.borrow();
+            match reqs.get(rid) {
+                Some(ReqState {
+                    kind: ReqKind::Send(s @ SendReq { phase: SendPhase::Zcopy { offset, msg_id }, .. }),
+                    status: Status::InProgress,
+                    ..
+                }) => match s.buf.contig() {
+                    Some(seg) => {
+                        (seg, s.tag, s.sync, s.hint, (*offset, *msg_id), s.zc.as_ref().and_then(|z| z.comp.clone()))
+                    }
+                    None => return true,
+                },
+                _ => return true,
+            }
+        };
+        let len = seg.len;
+        let cfg = ep.cfg;
+        let single = len + if sync { len::EAGER_SYNC_ONLY } else { len::EAGER_ONLY } <= cfg.zcopy_max;
+        let comp = match comp {
+            Some(c) => c,
+            None => {
+                let memh = match self.memh_for(hint, ep.uct_eps[ep.am_idx].pair.local, seg.ptr, len) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.finish(rid, e);
+                        return true;
+                    }
+                };
+                let weak = self.weak.clone();
+                // One count for "still posting"; one more per fragment in flight.
+                let c = uct::Completion::new(1, move |st| {
+                    if let Some(core) = weak.upgrade() {
+                        core.zcopy_sent(rid, st);
+                    }
+                });
+                if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                    let z = zc_mut(&mut s.zc);
+                    z.memh = Some(memh);
+                    z.comp = Some(c.clone());
+                }
+                self.count(|c| &mut c.eager_zcopy);
+                if sync {
+                    self.count(|c| &mut c.eager_sync);
+                }
+                if !single {
+                    msg_id = self.msg_id();
+                }
+                c
+            }
+        };
+        let memh = {
+            let reqs = self.reqs.borrow();
+            match reqs.get(rid) {
+                Some(ReqState { kind: ReqKind::Send(SendReq { zc: Some(z), .. }), .. }) => z.memh.clone(),
+                _ => None,
+            }
+        };
+        let set_phase = |offset: usize| {
+            if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
+                s.phase = SendPhase::Zcopy { offset, msg_id };
+            }
+        };
+        let (rep, sreq) = (ep.remote_id.get(), rid.raw());
+        while offset < len {
+            let mut hdr = [0u8; len::EAGER_SYNC_FIRST];
+            let mut w = Writer::new(&mut hdr);
+            let id = match (single, offset, sync) {
+                (true, _, false) => {
+                    w.u64(tag);
+                    wire::AM_EAGER_ONLY
+                }
+                (true, _, true) => {
+                    w.u64(tag);
+                    w.u64(rep);
+                    w.u64(sreq);
+                    wire::AM_EAGER_SYNC_ONLY
+                }
+                (false, 0, _) => {
+                    w.u64(tag);
+                    w.u64(rep);
+                    w.u64(msg_id);
+                    w.u64(len as u64);
+                    if sync {
+                        w.u64(sreq);
+                    }
+                    if sync {
+                        wire::AM_EAGER_SYNC_FIRST
+                    } else {
+                        wire::AM_EAGER_FIRST
+                    }
+                }
+                _ => {
+                    w.u64(rep);
+                    w.u64(msg_id);
+                    w.u64(offset as u64);
+                    wire::AM_EAGER_MIDDLE
+                }
+            };
+            let h = w.written();
+            let n = (len - offset).min(cfg.zcopy_max - h);
+            // SAFETY: `offset + n <= len`, inside the user's buffer.
+            let ptr = unsafe { seg.ptr.add(offset) };
+            let iov = [uct::Iov::new(ptr, n, memh.as_ref())];
+            // SAFETY: the caller of tag_send keeps the buffer valid and unmodified until the
+            // request completes, which is after the transport completed this fragment; the
+            // registration lives in the request until then.
+            let r = unsafe { ep.am().am_zcopy(id, &hdr[..h], &iov, uct::SendFlags::empty(), Some(&comp)) };
+            match r {
+                Ok(Outcome::NoResource) => {
+                    set_phase(offset);
+                    return false;
+                }
+                Ok(Outcome::InProgress) => comp.add_count(1),
+                Ok(_) => {}
+                Err(e) => {
+                    set_phase(len);
+                    comp.complete(e);
+                    return true;
+                }
+            }
+            offset += n;
+        }
+        set_phase(len);
+        comp.complete(Status::Ok);
+        true
+    }
+
+    /// The transport completed every eager zero-copy fragment of send `rid`.
+    fn zcopy_sent(&self, rid: Id, status: Status) {
+        let sync = match self.reqs.borrow().get(rid) {
+            Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) => s.sync,
+            _ => return,
+        };
+        if status.is_err() {
+            self.finish(rid, status);
+        } else {
+            self.sent_all(rid, sync);
+        }
+    }
+
     /// Takes the user buffer out of a send request, so nothing is borrowed while sending.
     fn take_send(&self, rid: Id) -> Option<(Buf, Tag, bool, SendPhaseView)> {
         let mut reqs = self.reqs.borrow_mut();
@@ -158,6 +312,7 @@ impl Core {
                 let view = match s.phase {
                     SendPhase::Queued => SendPhaseView::Start,
                     SendPhase::Frags { offset, msg_id } => SendPhaseView::Frags { offset, msg_id },
+                    SendPhase::Zcopy { .. } => SendPhaseView::Zcopy,
                     SendPhase::RndvFrags { rreq, offset } => SendPhaseView::RndvFrags { rreq, offset },
                     _ => SendPhaseView::Nothing,
                 };
@@ -193,10 +348,18 @@ impl Core {
                 self.put_send(rid, buf, None);
                 return true;
             }
+            SendPhaseView::Zcopy => {
+                self.put_send(rid, buf, None);
+                return self.send_zcopy(ep, rid);
+            }
             SendPhaseView::Start => {
                 if len >= cfg.rndv_thresh {
                     self.put_send(rid, buf, None);
                     return self.send_rts(ep, rid);
+                }
+                if Self::zcopy(ep, &buf) {
+                    self.put_send(rid, buf, Some(SendPhase::Zcopy { offset: 0, msg_id: 0 }));
+                    return self.send_zcopy(ep, rid);
                 }
                 // One piece?
                 let hdr = if sync { len::EAGER_SYNC_ONLY } else { len::EAGER_ONLY };
@@ -1123,6 +1286,7 @@ impl Core {
 enum SendPhaseView {
     Start,
     Frags { offset: usize, msg_id: u64 },
+    Zcopy,
     RndvFrags { rreq: u64, offset: usize },
     Nothing,
 }

@@ -116,6 +116,11 @@ impl RemoteSender {
         (s, addr)
     }
 
+    /// The peer's protocol counts (`ProtoCounts` in Debug form): what its sends used.
+    pub fn counts(&mut self, w: &Worker) -> String {
+        self.ask(w, "counts")
+    }
+
     /// Lets a deferred peer create its endpoint to us.
     pub fn connect(&mut self, w: &Worker) {
         assert_eq!(self.ask(w, "connect"), "connecting");
@@ -254,6 +259,7 @@ pub fn peer_main() {
                 sends.push(start_send(&ep, tag, len, seed, sync));
                 say("started");
             }
+            Some("counts") => say(&format!("{:?}", w.proto_counts())),
             Some("recv") => {
                 // Receives `pattern(len, seed)` with `tag` (from the receiver's endpoint to us).
                 let (tag, len, seed): (u64, usize, u64) =
@@ -528,4 +534,5 @@ pub const CONFIGS: &[(&str, &[(&str, &str)])] = &[
     ("rndv put_zcopy", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "put_zcopy")]),
     ("rndv am", &[("RNDV_THRESH", "1000"), ("RNDV_SCHEME", "am")]),
     ("no eager short", &[("BCOPY_THRESH", "0")]),
+    ("eager zcopy", &[("ZCOPY_THRESH", "1000"), ("RNDV_THRESH", "inf")]),
 ];
