@@ -193,6 +193,9 @@ fn check_size_limit(spec: &UctTestSpec, attr: &uct::IfaceAttr, length: usize) ->
         (Cmd::Get, Layout::Zcopy) => ("get zcopy", attr.get.max_zcopy),
         _ => return Ok(()),
     };
+    if max == 0 {
+        return Err(format!("{} does not support {what}", spec.resource));
+    }
     if length > max {
         return Err(format!("{what} size ({length}) is larger than max supported by {} ({max})", spec.resource));
     }
