@@ -431,15 +431,8 @@ impl Core {
             if ep.error().is_some() {
                 return;
             }
-            if ep.wireup_q.borrow().is_empty() {
-                match self.try_ctrl(ep, &ctrl) {
-                    Ok(true) => return,
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!("ucp: sending {} failed: {e}", ctrl.name());
-                        return;
-                    }
-                }
+            if ep.wireup_q.borrow().is_empty() && self.ctrl_attempt(ep, &ctrl) {
+                return;
             }
             let was_idle = ep.wireup_q.borrow().is_empty() && ep.pending.borrow().is_empty();
             ep.wireup_q.borrow_mut().push_back(ctrl);
@@ -448,17 +441,22 @@ impl Core {
             }
             return;
         }
-        if ep.pending.borrow().is_empty() && matches!(ep.status.get(), EpStatus::Connecting | EpStatus::Connected) {
-            match self.try_ctrl(ep, &ctrl) {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!("ucp: sending {} failed: {e}", ctrl.name());
-                    return;
-                }
-            }
+        if ep.pending.borrow().is_empty()
+            && matches!(ep.status.get(), EpStatus::Connecting | EpStatus::Connected)
+            && self.ctrl_attempt(ep, &ctrl)
+        {
+            return;
         }
         self.queue(ep, Pending::Ctrl(ctrl));
+    }
+
+    /// One attempt that settles the message: true when it went out or failed (logged, not
+    /// retried), false when the lane had no resources.
+    fn ctrl_attempt(&self, ep: &Ep, ctrl: &crate::ep::Ctrl) -> bool {
+        self.try_ctrl(ep, ctrl).unwrap_or_else(|e| {
+            tracing::warn!("ucp: sending {} failed: {e}", ctrl.name());
+            true
+        })
     }
 
     /// One attempt; `Ok(false)` is "no resources, retry".
@@ -531,14 +529,11 @@ impl Core {
                 break;
             }
             let Some(c) = ep.wireup_q.borrow_mut().pop_front() else { break };
-            match self.try_ctrl(ep, &c) {
-                Ok(true) => n += 1,
-                Ok(false) => {
-                    ep.wireup_q.borrow_mut().push_front(c);
-                    break;
-                }
-                Err(e) => tracing::warn!("ucp: sending {} failed: {e}", c.name()),
+            if !self.ctrl_attempt(ep, &c) {
+                ep.wireup_q.borrow_mut().push_front(c);
+                break;
             }
+            n += 1;
         }
         n
     }
@@ -549,13 +544,7 @@ impl Core {
         loop {
             let Some(p) = ep.pending.borrow_mut().pop_front() else { break };
             let done = match &p {
-                Pending::Ctrl(c) => match self.try_ctrl(ep, c) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        tracing::warn!("ucp: sending {} failed: {e}", c.name());
-                        true
-                    }
-                },
+                Pending::Ctrl(c) => self.ctrl_attempt(ep, c),
                 Pending::Send(rid) => self.send_progress(ep, *rid),
                 Pending::Get(rid) => self.rndv_get_start(ep, *rid),
             };

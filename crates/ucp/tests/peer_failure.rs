@@ -177,25 +177,9 @@ fn a_sleeping_survivor_is_woken_by_keepalive() {
     big_recv_fails(SHM, "am", false, true);
 }
 
-/// Whether this machine has an RDMA device; without one, says why (a failure under
-/// `UCX_RS_REQUIRE_RDMA=1`).
-fn have_rdma() -> bool {
-    uct_ib::register();
-    if uct::query_resources().iter().any(|r| r.tl.tl_name == "rc_verbs") {
-        return true;
-    }
-    let why = uct_ib::unavailable_reason().unwrap_or_else(|| "no active port".into());
-    assert!(
-        std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-        "UCX_RS_REQUIRE_RDMA=1 but no RDMA device: {why}"
-    );
-    eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
-    false
-}
-
 #[test]
 fn over_rc_a_dead_sender_fails_the_receive() {
-    if !have_rdma() {
+    if !uct_ib::testing::rdma_available() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -24,28 +24,10 @@ fn tag_peer() {
     peer_main();
 }
 
-/// Whether this machine has an RDMA device; without one, says why (a failure under
-/// `UCX_RS_REQUIRE_RDMA=1`).
-fn have_rdma() -> bool {
-    uct_ib::register();
-    match uct_ib::unavailable_reason() {
-        None if uct::query_resources().iter().any(|r| r.tl.tl_name == "rc_verbs") => true,
-        why => {
-            let why = why.unwrap_or_else(|| "no active port".into());
-            assert!(
-                std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-                "UCX_RS_REQUIRE_RDMA=1 but there is no RDMA device: {why}"
-            );
-            eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
-            false
-        }
-    }
-}
-
 /// Runs every scenario and configuration with peers over `tls`; `expect` checks the lanes the
 /// first peer reports (`connected usage=transport ...`).
 fn run(tls: &str, expect: &[&str], flood_per: usize) {
-    if !have_rdma() {
+    if !uct_ib::testing::rdma_available() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,7 +90,7 @@ fn shared_memory_wires_up_rc_for_rendezvous() {
 /// endpoint-to-endpoint lanes still connect once, and data flows both ways on them.
 #[test]
 fn simultaneous_connect() {
-    if !have_rdma() {
+    if !uct_ib::testing::rdma_available() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

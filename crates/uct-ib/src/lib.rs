@@ -36,3 +36,24 @@ pub fn register() {
 pub fn unavailable_reason() -> Option<String> {
     uct::Component::unavailable_reason(&md::COMPONENT)
 }
+
+/// Support for tests that need an RDMA device.
+pub mod testing {
+    /// Whether this process has an active InfiniBand/RoCE port (an `rc_verbs` resource). Without
+    /// one it prints why and returns false, so the calling test can pass as "not applicable here";
+    /// with `UCX_RS_REQUIRE_RDMA=1` (set by `tools/rdma-vm/test`, inside the Soft-RoCE VM) it
+    /// panics instead, so a missing device fails the test.
+    pub fn rdma_available() -> bool {
+        super::register();
+        if uct::query_resources().iter().any(|r| r.tl.tl_name == crate::rc::NAME) {
+            return true;
+        }
+        let why = super::unavailable_reason().unwrap_or_else(|| "no active port".into());
+        assert!(
+            std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
+            "UCX_RS_REQUIRE_RDMA=1 but there is no RDMA device: {why}"
+        );
+        eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
+        false
+    }
+}

@@ -12,20 +12,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-fn have_rdma() -> bool {
-    uct_ib::register();
-    if uct::query_resources().iter().any(|r| r.tl.tl_name == "rc_verbs") {
-        return true;
-    }
-    let why = uct_ib::unavailable_reason().unwrap_or_else(|| "no active port".into());
-    assert!(
-        std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-        "UCX_RS_REQUIRE_RDMA=1 but there is no RDMA device: {why}"
-    );
-    eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
-    false
-}
-
 static PORT: AtomicU16 = AtomicU16::new(0);
 
 fn next_port() -> u16 {
@@ -99,7 +85,7 @@ fn run_ok(args: &[&str], tls: Option<&str>, iters: f64) {
 
 #[test]
 fn uct_tests_over_rc_and_ud() {
-    if !have_rdma() {
+    if !uct_ib::testing::rdma_available() {
         return;
     }
     let dev = ["-d", "rxe0:1"];
@@ -144,7 +130,7 @@ fn uct_tests_over_rc_and_ud() {
 
 #[test]
 fn ucp_tag_tests_over_rc_and_ud() {
-    if !have_rdma() {
+    if !uct_ib::testing::rdma_available() {
         return;
     }
     for tls in ["rc_v", "ud_v"] {

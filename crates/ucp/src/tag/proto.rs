@@ -237,26 +237,7 @@ impl Core {
                     w.u64(sreq);
                     wire::AM_EAGER_SYNC_ONLY
                 }
-                (false, 0, _) => {
-                    w.u64(tag);
-                    w.u64(rep);
-                    w.u64(msg_id);
-                    w.u64(len as u64);
-                    if sync {
-                        w.u64(sreq);
-                    }
-                    if sync {
-                        wire::AM_EAGER_SYNC_FIRST
-                    } else {
-                        wire::AM_EAGER_FIRST
-                    }
-                }
-                _ => {
-                    w.u64(rep);
-                    w.u64(msg_id);
-                    w.u64(offset as u64);
-                    wire::AM_EAGER_MIDDLE
-                }
+                (false, _, _) => frag_header(&mut w, FragHdr { tag, rep, msg_id, len, offset, sync, sreq }),
             };
             let h = w.written();
             let n = (len - offset).min(cfg.zcopy_max - h);
@@ -439,19 +420,8 @@ impl Core {
                             w.u64(rreq);
                             w.u64(offset as u64);
                         }
-                        None if offset == 0 => {
-                            w.u64(tag);
-                            w.u64(rep);
-                            w.u64(msg_id);
-                            w.u64(len as u64);
-                            if sync {
-                                w.u64(sreq);
-                            }
-                        }
                         None => {
-                            w.u64(rep);
-                            w.u64(msg_id);
-                            w.u64(offset as u64);
+                            frag_header(&mut w, FragHdr { tag, rep, msg_id, len, offset, sync, sreq });
                         }
                     }
                     // SAFETY: valid buffer (caller of tag_send); `offset + n <= len` and `n`
@@ -1283,6 +1253,39 @@ impl Core {
 }
 
 /// What `send_progress` has to do next.
+/// The fields of an eager fragment's header.
+struct FragHdr {
+    tag: Tag,
+    rep: u64,
+    msg_id: u64,
+    len: usize,
+    offset: usize,
+    sync: bool,
+    sreq: u64,
+}
+
+/// Writes an eager fragment's header - `EAGER_FIRST`/`EAGER_SYNC_FIRST` (tag, endpoint, message
+/// id, total length, and the send request when sync) at offset 0, else `EAGER_MIDDLE` (endpoint,
+/// message id, offset) - and returns its AM id.
+fn frag_header(w: &mut Writer<'_>, h: FragHdr) -> u8 {
+    if h.offset == 0 {
+        w.u64(h.tag);
+        w.u64(h.rep);
+        w.u64(h.msg_id);
+        w.u64(h.len as u64);
+        if h.sync {
+            w.u64(h.sreq);
+            return wire::AM_EAGER_SYNC_FIRST;
+        }
+        wire::AM_EAGER_FIRST
+    } else {
+        w.u64(h.rep);
+        w.u64(h.msg_id);
+        w.u64(h.offset as u64);
+        wire::AM_EAGER_MIDDLE
+    }
+}
+
 enum SendPhaseView {
     Start,
     Frags { offset: usize, msg_id: u64 },
