@@ -428,16 +428,8 @@ impl Core {
     /// or closed; the others queue behind what the endpoint already queued.
     pub fn send_ctrl(&self, ep: &Rc<Ep>, ctrl: crate::ep::Ctrl) {
         if matches!(ctrl, crate::ep::Ctrl::Wireup { .. }) {
-            if ep.error().is_some() {
-                return;
-            }
-            if ep.wireup_q.borrow().is_empty() && self.ctrl_attempt(ep, &ctrl) {
-                return;
-            }
-            let was_idle = ep.wireup_q.borrow().is_empty() && ep.pending.borrow().is_empty();
-            ep.wireup_q.borrow_mut().push_back(ctrl);
-            if was_idle {
-                self.pending_eps.borrow_mut().push(ep.id.get());
+            if ep.error().is_none() && !(ep.wireup_q.borrow().is_empty() && self.ctrl_attempt(ep, &ctrl)) {
+                self.queue(ep, Pending::Ctrl(ctrl));
             }
             return;
         }
@@ -470,14 +462,14 @@ impl Core {
         }
     }
 
-    /// Queues an operation on an endpoint, to be retried from progress.
+    /// Queues an operation on an endpoint, to be retried from progress; wireup messages go to
+    /// the endpoint's wireup queue.
     pub fn queue(&self, ep: &Rc<Ep>, p: Pending) {
-        let was_empty = {
-            let mut q = ep.pending.borrow_mut();
-            let e = q.is_empty() && ep.wireup_q.borrow().is_empty();
-            q.push_back(p);
-            e
-        };
+        let was_empty = ep.pending.borrow().is_empty() && ep.wireup_q.borrow().is_empty();
+        match p {
+            Pending::Ctrl(c @ crate::ep::Ctrl::Wireup { .. }) => ep.wireup_q.borrow_mut().push_back(c),
+            p => ep.pending.borrow_mut().push_back(p),
+        }
         if was_empty {
             self.pending_eps.borrow_mut().push(ep.id.get());
         }

@@ -261,14 +261,6 @@ pub struct EpInfo {
     pub short_lim: usize,
 }
 
-/// Length of the encoded endpoint addresses of a wireup message.
-fn request_ep_addrs_len(c: &Ctrl) -> usize {
-    match c {
-        Ctrl::Wireup { ep_addrs, .. } => ep_addrs.len().max(1),
-        _ => 0,
-    }
-}
-
 /// Automatic rendezvous threshold: where `2 × len / am bandwidth` (copy in, copy out) exceeds
 /// `rendezvous latency + len / zcopy bandwidth`, never below one bcopy fragment.
 fn auto_rndv_thresh(am: &IfaceRecord, rndv: &IfaceRecord, bcopy_max: usize) -> usize {
@@ -486,6 +478,8 @@ impl Core {
                 return Err(e);
             }
         };
+        // The request must fit the wireup lane in one message (no addresses: one count byte).
+        let need = WireupMsg::FIXED + 4 + self.packed.len() + ep_addrs.len().max(1);
         let packed: Rc<[u8]> = self.packed.clone().into();
         let request = Ctrl::Wireup {
             kind: wire::wireup::REQUEST,
@@ -496,9 +490,7 @@ impl Core {
             with_address: Some(packed),
             ep_addrs,
         };
-        // The request must fit the wireup lane in one message.
         let wl = &self.ifaces[ep.uct_eps[ep.wireup_idx].pair.local];
-        let need = WireupMsg::FIXED + 4 + self.packed.len() + request_ep_addrs_len(&request);
         if need > wl.attr.am.max_bcopy {
             tracing::error!(
                 "ucp: the wireup request to '{}' ({need} bytes: worker address and endpoint addresses) does not fit \

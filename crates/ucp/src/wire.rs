@@ -254,7 +254,7 @@ impl<'a> WireupMsg<'a> {
     /// Parses; `None` when malformed (unknown kind, a length past the end, trailing bytes).
     pub fn parse(data: &'a [u8]) -> Option<Self> {
         let mut r = Reader::new(data);
-        let kind = r.u32()?;
+        let kind = u8::try_from(r.u32()?).ok().filter(|k| (wireup::REQUEST..=wireup::ACK).contains(k))?;
         let conn_sn = r.u32()?;
         let src_uuid = r.u64()?;
         let src_ep = r.u64()?;
@@ -262,9 +262,6 @@ impl<'a> WireupMsg<'a> {
         let alen = r.u32()? as usize;
         let address = r.bytes(alen)?;
         let ep_addrs = r.rest();
-        if !(wireup::REQUEST..=wireup::ACK).contains(&(kind as u8)) || kind > 0xff {
-            return None;
-        }
         // Walk the entries once: afterwards iteration cannot fail.
         let mut e = Reader::new(ep_addrs);
         for _ in 0..e.u8()? {
@@ -275,7 +272,7 @@ impl<'a> WireupMsg<'a> {
         if !e.rest().is_empty() {
             return None;
         }
-        Some(WireupMsg { kind: kind as u8, conn_sn, src_uuid, src_ep, dst_ep, address, ep_addrs })
+        Some(WireupMsg { kind, conn_sn, src_uuid, src_ep, dst_ep, address, ep_addrs })
     }
 
     /// The endpoint addresses.

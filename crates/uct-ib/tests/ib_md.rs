@@ -7,19 +7,11 @@ use uct::{Md, MemAccess};
 use uct_ib::IbMd;
 
 fn md() -> Option<std::rc::Rc<IbMd>> {
-    let names = uct_ib::device::device_names().unwrap_or_default();
-    match names.first() {
-        Some(n) => Some(IbMd::open(n).expect("open the ib memory domain")),
-        None => {
-            let why = uct_ib::unavailable_reason().unwrap_or_default();
-            assert!(
-                std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-                "UCX_RS_REQUIRE_RDMA=1 but no RDMA device: {why}"
-            );
-            eprintln!("no RDMA device here ({why}); run in tools/rdma-vm/test");
-            None
-        }
+    if !uct_ib::testing::rdma_available() {
+        return None;
     }
+    let names = uct_ib::device::device_names().expect("device names");
+    Some(IbMd::open(&names[0]).expect("open the ib memory domain"))
 }
 
 #[test]

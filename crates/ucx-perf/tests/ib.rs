@@ -8,7 +8,7 @@
 //! Without an RDMA device (outside the VM) the tests say so and pass, unless
 //! `UCX_RS_REQUIRE_RDMA=1`.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,25 +36,22 @@ fn pair(args: &[&str], tls: Option<&str>, server_grace: Duration) -> (Output, Ou
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
-    let mut server = cmd(false).spawn().expect("start the server");
+    let server = cmd(false).spawn().expect("start the server");
     std::thread::sleep(Duration::from_millis(300));
-    let mut client = cmd(true).spawn().expect("start the client");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while client.try_wait().expect("client status").is_none() {
+    let client = finish(cmd(true).spawn().expect("start the client"), Duration::from_secs(300));
+    (finish(server, server_grace), client)
+}
+
+/// Waits for `child`, killing it if it still runs after `limit`; returns its output.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("child status").is_none() {
         if Instant::now() > deadline {
-            let _ = client.kill();
+            let _ = child.kill();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = client.wait_with_output().expect("client output");
-    let deadline = Instant::now() + server_grace;
-    while server.try_wait().expect("server status").is_none() {
-        if Instant::now() > deadline {
-            let _ = server.kill();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (server.wait_with_output().expect("server output"), client)
+    child.wait_with_output().expect("child output")
 }
 
 /// The final report line's numbers: iterations, then latency (typical, average, overall),

@@ -159,7 +159,7 @@ impl Core {
     /// registered once; the request completes when the transport completed every fragment (a
     /// sync send: and the receiver matched). True unless the lane ran out of resources.
     fn send_zcopy(&self, ep: &Rc<Ep>, rid: Id) -> bool {
-        let (seg, tag, sync, hint, (mut offset, mut msg_id), comp) = {
+        let (seg, tag, sync, hint, (mut offset, mut msg_id), zc) = {
             let reqs = self.reqs.borrow();
             match reqs.get(rid) {
                 Some(ReqState {
@@ -167,9 +167,14 @@ impl Core {
                     status: Status::InProgress,
                     ..
                 }) => match s.buf.contig() {
-                    Some(seg) => {
-                        (seg, s.tag, s.sync, s.hint, (*offset, *msg_id), s.zc.as_ref().and_then(|z| z.comp.clone()))
-                    }
+                    Some(seg) => (
+                        seg,
+                        s.tag,
+                        s.sync,
+                        s.hint,
+                        (*offset, *msg_id),
+                        s.zc.as_ref().and_then(|z| Some((z.comp.clone()?, z.memh.clone()))),
+                    ),
                     None => return true,
                 },
                 _ => return true,
@@ -178,8 +183,8 @@ impl Core {
         let len = seg.len;
         let cfg = ep.cfg;
         let single = len + if sync { len::EAGER_SYNC_ONLY } else { len::EAGER_ONLY } <= cfg.zcopy_max;
-        let comp = match comp {
-            Some(c) => c,
+        let (comp, memh) = match zc {
+            Some(state) => state,
             None => {
                 let memh = match self.memh_for(hint, ep.uct_eps[ep.am_idx].pair.local, seg.ptr, len) {
                     Ok(m) => m,
@@ -197,7 +202,7 @@ impl Core {
                 });
                 if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
                     let z = zc_mut(&mut s.zc);
-                    z.memh = Some(memh);
+                    z.memh = Some(memh.clone());
                     z.comp = Some(c.clone());
                 }
                 self.count(|c| &mut c.eager_zcopy);
@@ -207,14 +212,7 @@ impl Core {
                 if !single {
                     msg_id = self.msg_id();
                 }
-                c
-            }
-        };
-        let memh = {
-            let reqs = self.reqs.borrow();
-            match reqs.get(rid) {
-                Some(ReqState { kind: ReqKind::Send(SendReq { zc: Some(z), .. }), .. }) => z.memh.clone(),
-                _ => None,
+                (c, Some(memh))
             }
         };
         let set_phase = |offset: usize| {

@@ -11,20 +11,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// The first resource of transport `tl`, or `None` (and why, on stderr) when there is no RDMA
 /// device; with `UCX_RS_REQUIRE_RDMA=1` (set in the VM) no device is a failure.
 pub fn resource(tl: &str) -> Option<String> {
-    uct_ib::register();
-    let found = uct::query_resources().into_iter().find(|r| r.tl.tl_name == tl);
-    match found {
-        Some(r) => Some(r.tl.full_name()),
-        None => {
-            let why = uct_ib::unavailable_reason().unwrap_or_else(|| "no active port".into());
-            assert!(
-                std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-                "UCX_RS_REQUIRE_RDMA=1 but {tl} has no resource: {why}"
-            );
-            eprintln!("no {tl} resource here ({why}); run in tools/rdma-vm/test");
-            None
-        }
+    if !uct_ib::testing::rdma_available() {
+        return None;
     }
+    let found = uct::query_resources().into_iter().find(|r| r.tl.tl_name == tl);
+    Some(found.unwrap_or_else(|| panic!("no {tl} resource on an active port")).tl.full_name())
 }
 
 /// Runs every check (one at a time across the binary's tests) and fails on any check that

@@ -15,17 +15,10 @@ use uct_ib::IbMd;
 /// The device and port of the first `ud_verbs` resource, or `None` (after saying why) when
 /// there is no RDMA device; with `UCX_RS_REQUIRE_RDMA=1` that is a failure.
 pub fn device() -> Option<(Rc<IbMd>, u8)> {
-    uct_ib::register();
-    let found = uct::query_resources().into_iter().find(|r| r.tl.tl_name == "ud_verbs");
-    let Some(r) = found else {
-        let why = uct_ib::unavailable_reason().unwrap_or_else(|| "no active port".into());
-        assert!(
-            std::env::var("UCX_RS_REQUIRE_RDMA").as_deref() != Ok("1"),
-            "UCX_RS_REQUIRE_RDMA=1 but ud_verbs has no resource: {why}"
-        );
-        eprintln!("no ud_verbs resource here ({why}); run in tools/rdma-vm/test");
+    if !uct_ib::testing::rdma_available() {
         return None;
-    };
+    }
+    let r = uct::query_resources().into_iter().find(|r| r.tl.tl_name == "ud_verbs").expect("a ud_verbs resource");
     let (dev, port) = r.tl.dev_name.rsplit_once(':').expect("dev:port");
     let md = IbMd::open(dev).expect("open the ib memory domain");
     Some((md, port.parse().expect("port number")))
