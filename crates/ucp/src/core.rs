@@ -141,6 +141,64 @@ pub(crate) fn new_uuid() -> u64 {
     x ^ (x >> 31)
 }
 
+/// What remains of completing a request once the request table is released: the callbacks
+/// to run, the future to wake, and a user's buffer to drop.
+pub(crate) struct Completed {
+    status: Status,
+    info: RecvInfo,
+    cb_fn: Option<(crate::request::CallbackFn, usize)>,
+    callback: Option<Callback>,
+    waker: Option<std::task::Waker>,
+    owned: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Completed {
+    /// Drops the user's buffer, runs the callbacks and wakes the future (nothing of the worker
+    /// may be borrowed).
+    #[inline]
+    pub fn run(self) {
+        let Completed { status, info, cb_fn, callback, waker, owned } = self;
+        drop(owned);
+        if let Some(cb) = callback {
+            cb(status, info);
+        }
+        if let Some((f, data)) = cb_fn {
+            f(status, info, data);
+        }
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// Marks request `id` complete with `status` inside the borrowed table (once: `None` when it
+/// is gone or already complete) and frees it if the user released it. The protocol state
+/// (registrations, keys) is dropped here, having no effect on the core; what may call back into
+/// the worker (callbacks, a waker, a user's buffer) comes out in the returned [`Completed`].
+#[inline]
+pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) -> Option<Completed> {
+    let r = reqs.get_mut(id)?;
+    if r.status != Status::InProgress {
+        return None;
+    }
+    r.status = status;
+    let info = r.info;
+    let cb_fn = r.cb_fn.take();
+    let (callback, waker, owned) = if r.released {
+        let taken = r.take_ext();
+        reqs.discard(id);
+        taken
+    } else {
+        r.kind = ReqKind::Done;
+        // An owned buffer stays for the future to take back.
+        match &mut r.ext {
+            Some(e) => (e.callback.take(), e.waker.take(), None),
+            None => (None, None, None),
+        }
+    };
+    Some(Completed { status, info, cb_fn, callback, waker, owned })
+}
+
 fn record_of(i: &WorkerIface) -> IfaceRecord {
     let a = &i.attr;
     let bw = a.bandwidth.dedicated + a.bandwidth.shared;
@@ -338,40 +396,11 @@ impl Core {
 
     /// Completes request `id` with `status` (once; later calls are ignored), runs its callback
     /// and wakes its future. Nothing is borrowed while they run.
+    #[inline]
     pub fn finish(&self, id: Id, status: Status) {
-        let (cb, cb_fn, waker, info, dropped) = {
-            let mut reqs = self.reqs.borrow_mut();
-            let Some(r) = reqs.get_mut(id) else { return };
-            if r.status != Status::InProgress {
-                return;
-            }
-            r.status = status;
-            // Protocol state (registrations, keys) has no side effects on the core: dropped
-            // here. A user's buffer may, so it goes after the borrow.
-            r.kind = ReqKind::Done;
-            let info = r.info;
-            let cb_fn = r.cb_fn.take();
-            let (cb, waker, dropped) = if r.released {
-                let (cb, waker, owned) = r.take_ext();
-                reqs.discard(id);
-                (cb, waker, owned)
-            } else {
-                match &mut r.ext {
-                    Some(e) => (e.callback.take(), e.waker.take(), None),
-                    None => (None, None, None),
-                }
-            };
-            (cb, cb_fn, waker, info, dropped)
-        };
-        drop(dropped);
-        if let Some(cb) = cb {
-            cb(status, info);
-        }
-        if let Some((f, data)) = cb_fn {
-            f(status, info, data);
-        }
-        if let Some(w) = waker {
-            w.wake();
+        let done = complete_in(&mut self.reqs.borrow_mut(), id, status);
+        if let Some(d) = done {
+            d.run();
         }
     }
 

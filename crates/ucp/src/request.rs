@@ -186,7 +186,13 @@ impl Buf {
     /// # Safety
     /// The segments must be valid for writes and not aliased, and
     /// `offset + src.len() <= self.len()`.
+    #[inline]
     pub unsafe fn copy_in(&self, offset: usize, src: &[u8]) {
+        if let Buf::Contig(s) = self {
+            // SAFETY: as below, for the one segment: `offset + src.len() <= s.len`.
+            unsafe { ucs::memory::copy(src.as_ptr(), s.ptr.add(offset), src.len()) };
+            return;
+        }
         self.pieces(offset, src.len(), |p, at, n| {
             // SAFETY: as in `copy_out`, with the roles swapped.
             unsafe { ucs::memory::copy(src.as_ptr().add(at), p, n) }
@@ -304,6 +310,7 @@ pub(crate) struct ReqExt {
 }
 
 impl ReqState {
+    #[inline]
     pub fn new(kind: ReqKind, callback: Option<Callback>, cb_fn: Option<(CallbackFn, usize)>) -> Self {
         ReqState {
             kind,

@@ -141,8 +141,22 @@ impl Worker {
         })
     }
 
-    #[inline]
+    /// Enters the worker: the owner thread of a single-threaded worker at once, the others
+    /// through [`Self::enter_slow`].
+    #[inline(always)]
     fn enter(&self) -> UcsResult<Entered<'_>> {
+        let s = &*self.shared;
+        if s.mode == ThreadMode::Single && thread_mark() == s.owner {
+            return Ok(Entered { _guard: None, core: &s.core });
+        }
+        self.enter_slow()
+    }
+
+    /// The lock of a serialized or multi-threaded worker, or the error of a single-threaded
+    /// worker entered from another thread.
+    #[cold]
+    #[inline(never)]
+    fn enter_slow(&self) -> UcsResult<Entered<'_>> {
         let s = &*self.shared;
         match s.mode {
             ThreadMode::Single => {

@@ -93,7 +93,7 @@ impl<T> IdTable<T> {
     /// # Panics
     /// If the table already holds `u32::MAX` entries (index space exhausted; memory runs out
     /// long before that for any real payload).
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, value: T) -> Id {
         match self.try_insert(value) {
             Ok(id) => id,
@@ -103,18 +103,27 @@ impl<T> IdTable<T> {
 
     /// Stores `value` and returns its id, or gives the value back when the index space (`u32`,
     /// minus one reserved value) is exhausted.
-    #[inline]
+    #[inline(always)]
     pub fn try_insert(&mut self, value: T) -> Result<Id, T> {
+        // The common case (a free slot to reuse) inline, so the value is built in place.
         let index = self.free_head;
         if let Some(slot) = self.slots.get_mut(index as usize) {
-            let Entry::Vacant(next) = slot.entry else {
-                // The free list only links vacant slots; refuse rather than overwrite.
-                return Err(value);
-            };
-            self.free_head = next;
-            slot.entry = Entry::Occupied(value);
-            self.len += 1;
-            return Ok(Id::new(index, slot.generation));
+            if let Entry::Vacant(next) = slot.entry {
+                self.free_head = next;
+                slot.entry = Entry::Occupied(value);
+                self.len += 1;
+                return Ok(Id::new(index, slot.generation));
+            }
+        }
+        self.insert_grow(value)
+    }
+
+    /// `try_insert` without a free slot: a new one at the end.
+    #[inline(never)]
+    fn insert_grow(&mut self, value: T) -> Result<Id, T> {
+        if (self.free_head as usize) < self.slots.len() {
+            // The free list only links vacant slots; refuse rather than overwrite.
+            return Err(value);
         }
         let Ok(index) = u32::try_from(self.slots.len()) else {
             return Err(value);

@@ -18,15 +18,18 @@ pub type Tag = u64;
 /// The mask that makes a receive match one tag exactly.
 pub const FULL_MASK: Tag = u64::MAX;
 
-/// Number of hash buckets (a prime, as UCX uses).
-const BUCKETS: usize = 1021;
+/// Number of hash buckets, a power of two: the bucket is the top bits of a multiplicative
+/// hash (UCX takes the tag modulo a prime; this spreads as well at a fraction of the cost).
+const BUCKET_BITS: u32 = 10;
+const BUCKETS: usize = 1 << BUCKET_BITS;
 
 const NIL: u32 = u32::MAX;
 
+/// The hash bucket of `tag` (exposed for tests that need tags sharing a bucket).
 #[inline]
-fn bucket(tag: Tag) -> usize {
-    // Fold the high half in so tags differing only above bit 32 spread too.
-    ((tag ^ (tag >> 32)) % BUCKETS as u64) as usize
+pub fn bucket_index(tag: Tag) -> usize {
+    // Fold the high half in, then keep the top bits of a Fibonacci hash.
+    ((tag ^ (tag >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BUCKET_BITS)) as usize
 }
 
 /// True when a message tagged `sent` matches a receive for `tag` under `mask`.
@@ -53,37 +56,52 @@ struct List {
 
 const EMPTY: List = List { head: NIL, tail: NIL };
 
-/// A slab of entries with a free list and generations.
+/// A slab of entries with a free list (threaded through the free slots) and generations.
 struct Slab<T> {
     slots: Vec<Slot<T>>,
-    free: Vec<u32>,
+    free: u32,
 }
 
 struct Slot<T> {
     gen: u32,
+    /// The next free slot, while this one is free.
+    next_free: u32,
     val: Option<T>,
 }
 
 impl<T> Slab<T> {
     fn new() -> Self {
-        Slab { slots: Vec::new(), free: Vec::new() }
+        Slab { slots: Vec::new(), free: NIL }
     }
 
+    /// The index and generation the next `insert` will return.
+    #[inline]
+    fn next_handle(&self) -> (u32, u32) {
+        match self.slots.get(self.free as usize) {
+            Some(s) => (self.free, s.gen),
+            None => (self.slots.len() as u32, 0),
+        }
+    }
+
+    #[inline]
     fn insert(&mut self, v: T) -> (u32, u32) {
-        if let Some(i) = self.free.pop() {
-            let s = &mut self.slots[i as usize];
+        let i = self.free;
+        if let Some(s) = self.slots.get_mut(i as usize) {
+            self.free = s.next_free;
             s.val = Some(v);
             (i, s.gen)
         } else {
-            self.slots.push(Slot { gen: 0, val: Some(v) });
+            self.slots.push(Slot { gen: 0, next_free: NIL, val: Some(v) });
             ((self.slots.len() - 1) as u32, 0)
         }
     }
 
+    #[inline]
     fn remove(&mut self, i: u32) -> T {
         let s = &mut self.slots[i as usize];
         s.gen = s.gen.wrapping_add(1);
-        self.free.push(i);
+        s.next_free = self.free;
+        self.free = i;
         s.val.take().expect("removing a free slab slot")
     }
 
@@ -187,12 +205,12 @@ pub enum Arrived<R> {
 /// Expected receives (`R`) and unexpected messages (`U`).
 pub struct TagMatcher<R, U> {
     exp: Slab<Expected<R>>,
-    exp_buckets: Box<[List]>,
+    exp_buckets: Box<[List; BUCKETS]>,
     wild: List,
     next_sn: u64,
     exp_count: usize,
     unexp: Slab<Unexpected<U>>,
-    unexp_buckets: Box<[List]>,
+    unexp_buckets: Box<[List; BUCKETS]>,
     arrival: List,
     unexp_count: usize,
 }
@@ -208,12 +226,12 @@ impl<R, U> TagMatcher<R, U> {
     pub fn new() -> Self {
         TagMatcher {
             exp: Slab::new(),
-            exp_buckets: vec![EMPTY; BUCKETS].into_boxed_slice(),
+            exp_buckets: Box::new([EMPTY; BUCKETS]),
             wild: EMPTY,
             next_sn: 0,
             exp_count: 0,
             unexp: Slab::new(),
-            unexp_buckets: vec![EMPTY; BUCKETS].into_boxed_slice(),
+            unexp_buckets: Box::new([EMPTY; BUCKETS]),
             arrival: EMPTY,
             unexp_count: 0,
         }
@@ -230,9 +248,13 @@ impl<R, U> TagMatcher<R, U> {
     }
 
     /// The earliest-arrived unexpected message matching `(tag, mask)`.
+    #[inline]
     fn find_unexpected(&self, tag: Tag, mask: Tag) -> Option<u32> {
+        if self.unexp_count == 0 {
+            return None;
+        }
         if mask == FULL_MASK {
-            let mut i = self.unexp_buckets[bucket(tag)].head;
+            let mut i = self.unexp_buckets[bucket_index(tag)].head;
             while i != NIL {
                 let e = self.unexp.get(i);
                 if e.tag == tag {
@@ -255,7 +277,7 @@ impl<R, U> TagMatcher<R, U> {
 
     fn remove_unexpected(&mut self, i: u32) -> (Tag, U) {
         let tag = self.unexp.get(i).tag;
-        unlink(&mut self.unexp, &mut self.unexp_buckets[bucket(tag)], i, |e| &mut e.by_tag);
+        unlink(&mut self.unexp, &mut self.unexp_buckets[bucket_index(tag)], i, |e| &mut e.by_tag);
         unlink(&mut self.unexp, &mut self.arrival, i, |e| &mut e.by_arrival);
         self.unexp_count -= 1;
         let e = self.unexp.remove(i);
@@ -272,11 +294,29 @@ impl<R, U> TagMatcher<R, U> {
     }
 
     /// Queues a receive without looking at unexpected messages (the caller searched already).
+    #[inline]
     pub fn post_expected(&mut self, tag: Tag, mask: Tag, recv: R) -> RecvHandle {
+        self.post_expected_with(tag, mask, |_| recv)
+    }
+
+    /// Removes and returns the earliest unexpected message matching `(tag, mask)`: what a
+    /// receive being posted takes before it would wait.
+    #[inline]
+    pub fn take_unexpected_match(&mut self, tag: Tag, mask: Tag) -> Option<(Tag, U)> {
+        let i = self.find_unexpected(tag, mask)?;
+        Some(self.remove_unexpected(i))
+    }
+
+    /// [`Self::post_expected`] for a receive that learns its own handle first.
+    #[inline]
+    pub fn post_expected_with(&mut self, tag: Tag, mask: Tag, make: impl FnOnce(RecvHandle) -> R) -> RecvHandle {
+        let (index, gen) = self.exp.next_handle();
+        let recv = make(RecvHandle { index, gen });
         let sn = self.next_sn;
         self.next_sn += 1;
-        let (index, gen) = self.exp.insert(Expected { tag: tag & mask, mask, sn, links: UNLINKED, value: recv });
-        let list = if mask == FULL_MASK { &mut self.exp_buckets[bucket(tag)] } else { &mut self.wild };
+        let inserted = self.exp.insert(Expected { tag: tag & mask, mask, sn, links: UNLINKED, value: recv });
+        debug_assert_eq!(inserted, (index, gen));
+        let list = if mask == FULL_MASK { &mut self.exp_buckets[bucket_index(tag)] } else { &mut self.wild };
         push_back(&mut self.exp, list, index, |e| &mut e.links);
         self.exp_count += 1;
         RecvHandle { index, gen }
@@ -299,12 +339,13 @@ impl<R, U> TagMatcher<R, U> {
         Some(self.remove_expected(i))
     }
 
+    #[inline]
     fn find_expected(&self, tag: Tag) -> Option<u32> {
         if self.exp_count == 0 {
             return None;
         }
         let mut hashed = NIL;
-        let mut i = self.exp_buckets[bucket(tag)].head;
+        let mut i = self.exp_buckets[bucket_index(tag)].head;
         while i != NIL {
             let e = self.exp.get(i);
             if e.tag == tag {
@@ -331,9 +372,10 @@ impl<R, U> TagMatcher<R, U> {
         }
     }
 
+    #[inline]
     fn remove_expected(&mut self, i: u32) -> R {
         let e = self.exp.get(i);
-        let list = if e.mask == FULL_MASK { &mut self.exp_buckets[bucket(e.tag)] } else { &mut self.wild };
+        let list = if e.mask == FULL_MASK { &mut self.exp_buckets[bucket_index(e.tag)] } else { &mut self.wild };
         unlink(&mut self.exp, list, i, |e| &mut e.links);
         self.exp_count -= 1;
         self.exp.remove(i).value
@@ -342,7 +384,7 @@ impl<R, U> TagMatcher<R, U> {
     /// Queues an unexpected message.
     pub fn push_unexpected(&mut self, tag: Tag, msg: U) -> UnexpHandle {
         let (index, gen) = self.unexp.insert(Unexpected { tag, by_tag: UNLINKED, by_arrival: UNLINKED, value: msg });
-        push_back(&mut self.unexp, &mut self.unexp_buckets[bucket(tag)], index, |e| &mut e.by_tag);
+        push_back(&mut self.unexp, &mut self.unexp_buckets[bucket_index(tag)], index, |e| &mut e.by_tag);
         push_back(&mut self.unexp, &mut self.arrival, index, |e| &mut e.by_arrival);
         self.unexp_count += 1;
         UnexpHandle { index, gen }

@@ -20,7 +20,7 @@ use crate::ep::{Ctrl, Ep, Pending};
 use crate::request::{
     zc_mut, Buf, RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq,
 };
-use crate::tag::{Posted, Tag};
+use crate::tag::Tag;
 use crate::wire::{self, len, Reader, Writer};
 use crate::RndvScheme;
 
@@ -688,22 +688,23 @@ impl Core {
     /// # Safety
     /// The buffers in `buf` must stay valid, and not be accessed, until the request completes.
     pub unsafe fn tag_recv(&self, buf: Buf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
-        let posted = self.tm.borrow_mut().post(tag, mask, Id::from_raw(0));
-        match posted {
-            Posted::Waiting(h) => {
-                if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
-                    self.tm.borrow_mut().cancel(h);
-                    return Err(Status::NoResource);
-                }
-                let hint = param.memh.map(|m| m.id);
-                let rid = self.req_with(ReqKind::Recv(recv_req(buf, Some(h), hint)), param);
-                if let Some(slot) = self.tm.borrow_mut().expected_mut(h) {
-                    *slot = rid;
-                }
-                Ok(RecvOut::Req(rid))
-            }
-            Posted::Matched { tag, msg, .. } => self.recv_matched(buf, tag, msg, param),
+        let mut tm = self.tm.borrow_mut();
+        if let Some((tag, msg)) = tm.take_unexpected_match(tag, mask) {
+            drop(tm);
+            return self.recv_matched(buf, tag, msg, param);
         }
+        if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
+            return Err(Status::NoResource);
+        }
+        let hint = param.memh.map(|m| m.id);
+        let mut reqs = self.reqs.borrow_mut();
+        let mut rid = Id::from_raw(0);
+        tm.post_expected_with(tag, mask, |h| {
+            let st = ReqState::new(ReqKind::Recv(recv_req(buf, Some(h), hint)), param.callback, param.callback_fn);
+            rid = reqs.insert(st);
+            rid
+        });
+        Ok(RecvOut::Req(rid))
     }
 
     /// A receive met an unexpected message (at posting, or from a probed handle).
@@ -796,28 +797,27 @@ impl Core {
 
     /// A whole message for a matched receive.
     fn deliver_whole(&self, rid: Id, tag: Tag, payload: &[u8], sync: Option<(u64, u64)>) {
-        let status = {
+        let done = {
             let mut reqs = self.reqs.borrow_mut();
             let Some(r) = reqs.get_mut(rid) else { return };
+            let ReqKind::Recv(rr) = &mut r.kind else { return };
+            rr.posted = None;
+            let status = if payload.len() > rr.buf.len() {
+                Status::MessageTruncated
+            } else {
+                // SAFETY: the caller of `tag_recv` keeps the buffer valid; it fits.
+                unsafe { rr.buf.copy_in(0, payload) };
+                Status::Ok
+            };
             r.info = RecvInfo { length: payload.len(), sender_tag: tag };
-            match &mut r.kind {
-                ReqKind::Recv(rr) => {
-                    rr.posted = None;
-                    if payload.len() > rr.buf.len() {
-                        Status::MessageTruncated
-                    } else {
-                        // SAFETY: the caller of `tag_recv` keeps the buffer valid; it fits.
-                        unsafe { rr.buf.copy_in(0, payload) };
-                        Status::Ok
-                    }
-                }
-                _ => return,
-            }
+            crate::core::complete_in(&mut reqs, rid, status)
         };
         if let Some((ep, sreq)) = sync {
             self.sync_ack(ep, sreq);
         }
-        self.finish(rid, status);
+        if let Some(d) = done {
+            d.run();
+        }
     }
 
     pub fn on_eager_only(&self, m: uct::AmRecv<'_>) {
@@ -1292,6 +1292,7 @@ enum SendPhaseView {
     Nothing,
 }
 
+#[inline]
 fn recv_req(buf: Buf, posted: Option<crate::tag::RecvHandle>, hint: Option<Id>) -> RecvReq {
     RecvReq { buf, posted, received: 0, total: 0, zc: None, sync: None, truncated: false, hint }
 }
