@@ -155,9 +155,29 @@ pub(crate) struct Completed {
 impl Completed {
     /// Drops the user's buffer, runs the callbacks and wakes the future (nothing of the worker
     /// may be borrowed).
-    #[inline]
+    #[inline(always)]
     pub fn run(self) {
         let Completed { status, info, cb_fn, callback, waker, owned } = self;
+        if callback.is_none() && waker.is_none() && owned.is_none() {
+            // All three are `None`: nothing to drop (this spares the drop glue).
+            std::mem::forget((callback, waker, owned));
+            if let Some((f, data)) = cb_fn {
+                f(status, info, data);
+            }
+            return;
+        }
+        Self::run_all(status, info, cb_fn, callback, waker, owned);
+    }
+
+    #[inline(never)]
+    fn run_all(
+        status: Status,
+        info: RecvInfo,
+        cb_fn: Option<(crate::request::CallbackFn, usize)>,
+        callback: Option<Callback>,
+        waker: Option<std::task::Waker>,
+        owned: Option<Box<dyn std::any::Any + Send>>,
+    ) {
         drop(owned);
         if let Some(cb) = callback {
             cb(status, info);
@@ -175,7 +195,7 @@ impl Completed {
 /// is gone or already complete) and frees it if the user released it. The protocol state
 /// (registrations, keys) is dropped here, having no effect on the core; what may call back into
 /// the worker (callbacks, a waker, a user's buffer) comes out in the returned [`Completed`].
-#[inline]
+#[inline(always)]
 pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) -> Option<Completed> {
     let r = reqs.get_mut(id)?;
     if r.status != Status::InProgress {
@@ -184,6 +204,26 @@ pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) 
     r.status = status;
     let info = r.info;
     let cb_fn = r.cb_fn.take();
+    if r.released && r.ext.is_none() {
+        // The common case: a request the user let go of, with at most a plain callback.
+        reqs.discard(id);
+        return Some(Completed { status, info, cb_fn, callback: None, waker: None, owned: None });
+    }
+    Some(complete_rest(reqs, id, status, info, cb_fn))
+}
+
+/// [`complete_in`] for a request still held, or with a callback, waker or owned buffer.
+#[inline(never)]
+fn complete_rest(
+    reqs: &mut IdTable<ReqState>,
+    id: Id,
+    status: Status,
+    info: RecvInfo,
+    cb_fn: Option<(crate::request::CallbackFn, usize)>,
+) -> Completed {
+    let Some(r) = reqs.get_mut(id) else {
+        return Completed { status, info, cb_fn, callback: None, waker: None, owned: None };
+    };
     let (callback, waker, owned) = if r.released {
         let taken = r.take_ext();
         reqs.discard(id);
@@ -196,7 +236,7 @@ pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) 
             None => (None, None, None),
         }
     };
-    Some(Completed { status, info, cb_fn, callback, waker, owned })
+    Completed { status, info, cb_fn, callback, waker, owned }
 }
 
 fn record_of(i: &WorkerIface) -> IfaceRecord {
@@ -247,12 +287,22 @@ impl Core {
                         if attr.flags.contains(uct::IfaceFlags::AM_BCOPY) {
                             for id in wire::ALL_AM_IDS {
                                 let w = weak.clone();
-                                let h: uct::AmHandler = Rc::new(move |m: AmRecv<'_>| {
-                                    if let Some(core) = w.upgrade() {
-                                        core.activate(index);
-                                        core.on_am(id, m);
-                                    }
-                                });
+                                // Eager messages, the common case, skip the dispatch by id.
+                                let h: uct::AmHandler = if id == wire::AM_EAGER_ONLY {
+                                    Rc::new(move |m: AmRecv<'_>| {
+                                        if let Some(core) = w.upgrade() {
+                                            core.activate(index);
+                                            core.on_eager_only(m);
+                                        }
+                                    })
+                                } else {
+                                    Rc::new(move |m: AmRecv<'_>| {
+                                        if let Some(core) = w.upgrade() {
+                                            core.activate(index);
+                                            core.on_am(id, m);
+                                        }
+                                    })
+                                };
                                 if let Err(e) = iface.set_am_handler(id, Some(h)) {
                                     tracing::warn!("{}: cannot set AM handler {id}: {e}", r.desc.tl.full_name());
                                 }

@@ -312,6 +312,7 @@ impl Worker {
     /// # Safety
     /// The receive buffer (every iov entry) must stay valid and must not be accessed until the
     /// request completes (a cancelled receive completes with `Canceled`).
+    #[inline]
     pub unsafe fn tag_recv_nbx(
         &self,
         data: RecvData<'_>,
@@ -325,6 +326,7 @@ impl Worker {
         Ok(self.recv_result(out))
     }
 
+    #[inline]
     fn recv_result(&self, out: RecvOut) -> RecvResult<'_> {
         match out {
             RecvOut::Done(i) => RecvResult::Done(i),
@@ -436,6 +438,7 @@ impl Worker {
         }
     }
 
+    #[inline]
     pub(crate) fn request_release(&self, id: Id) {
         if let Ok(e) = self.enter() {
             e.core.req_release(id);
@@ -499,6 +502,7 @@ pub enum RecvData<'a> {
 }
 
 impl RecvData<'_> {
+    #[inline]
     fn into_buf(self) -> UcsResult<Buf> {
         Ok(match self {
             RecvData::Contig(s) => Buf::Contig(Seg { ptr: s.as_mut_ptr(), len: s.len() }),
@@ -517,6 +521,7 @@ pub enum SendData<'a> {
 }
 
 impl SendData<'_> {
+    #[inline]
     fn into_buf(self) -> UcsResult<Buf> {
         Ok(match self {
             SendData::Contig(s) => Buf::Contig(Seg { ptr: s.as_ptr() as *mut u8, len: s.len() }),
@@ -525,6 +530,7 @@ impl SendData<'_> {
     }
 }
 
+#[inline(never)]
 fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
     let mut total = 0usize;
     for x in v {
@@ -593,6 +599,7 @@ impl Endpoint {
     /// # Safety
     /// The send buffer (every iov entry) must stay valid and unmodified until the request
     /// completes.
+    #[inline]
     pub unsafe fn tag_send_nbx(
         &self,
         data: SendData<'_>,
@@ -607,6 +614,7 @@ impl Endpoint {
     ///
     /// # Safety
     /// As [`Endpoint::tag_send_nbx`].
+    #[inline]
     pub unsafe fn tag_send_sync_nbx(
         &self,
         data: SendData<'_>,

@@ -335,6 +335,27 @@ impl<R, U> TagMatcher<R, U> {
     /// receive, if any (the caller queues the message as unexpected otherwise).
     #[inline]
     pub fn take_expected(&mut self, tag: Tag) -> Option<R> {
+        if self.wild.head == NIL {
+            // No wildcard receive waits: the answer is the first receive of the tag's bucket
+            // for this tag, usually the bucket's head, taken off the front here.
+            let b = bucket_index(tag);
+            let head = self.exp_buckets[b].head;
+            if head == NIL {
+                return None;
+            }
+            let e = self.exp.get(head);
+            if e.tag == tag {
+                let next = e.links.next;
+                self.exp_buckets[b].head = next;
+                if next == NIL {
+                    self.exp_buckets[b].tail = NIL;
+                } else {
+                    self.exp.get_mut(next).links.prev = NIL;
+                }
+                self.exp_count -= 1;
+                return Some(self.exp.remove(head).value);
+            }
+        }
         let i = self.find_expected(tag)?;
         Some(self.remove_expected(i))
     }

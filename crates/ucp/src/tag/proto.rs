@@ -54,6 +54,7 @@ impl Core {
     ///
     /// # Safety
     /// The buffers in `buf` must stay valid and unmodified until the request completes.
+    #[inline]
     pub unsafe fn tag_send(
         &self,
         ep_id: Id,
@@ -687,6 +688,7 @@ impl Core {
     ///
     /// # Safety
     /// The buffers in `buf` must stay valid, and not be accessed, until the request completes.
+    #[inline]
     pub unsafe fn tag_recv(&self, buf: Buf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
         let mut tm = self.tm.borrow_mut();
         if let Some((tag, msg)) = tm.take_unexpected_match(tag, mask) {
@@ -708,6 +710,7 @@ impl Core {
     }
 
     /// A receive met an unexpected message (at posting, or from a probed handle).
+    #[inline(never)]
     pub(crate) fn recv_matched(&self, buf: Buf, tag: Tag, msg: Unexp, param: RequestParam) -> UcsResult<RecvOut> {
         let info = RecvInfo { length: msg.length(), sender_tag: tag };
         match msg {
@@ -796,6 +799,7 @@ impl Core {
     }
 
     /// A whole message for a matched receive.
+    #[inline]
     fn deliver_whole(&self, rid: Id, tag: Tag, payload: &[u8], sync: Option<(u64, u64)>) {
         let done = {
             let mut reqs = self.reqs.borrow_mut();
@@ -820,6 +824,7 @@ impl Core {
         }
     }
 
+    #[inline]
     pub fn on_eager_only(&self, m: uct::AmRecv<'_>) {
         let data = m.data();
         let Some(tag) = Reader::new(data).u64() else {
