@@ -398,6 +398,7 @@ impl<'w> Request<'w> {
 }
 
 impl Drop for Request<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.worker.request_release(self.id);
     }

@@ -186,7 +186,7 @@ impl AmTable {
     }
 
     /// The handler of `id`, if any.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, id: u8) -> Option<AmHandler> {
         self.handlers.borrow().get(id as usize).and_then(|h| h.clone())
     }
@@ -194,18 +194,22 @@ impl AmTable {
     /// Delivers a message to the handler of `id`. A message for an id without a handler, or an
     /// invalid id from a peer, is dropped with a warning (UCX's stub handler) and reported as
     /// `Err(NoElem)` so transports can count it.
-    #[inline]
+    #[inline(always)]
     pub fn invoke(&self, id: u8, msg: AmRecv<'_>) -> UcsResult<()> {
         match self.get(id) {
             Some(h) => {
                 h(msg);
                 Ok(())
             }
-            None => {
-                tracing::warn!(id, len = msg.len(), "active message without a handler dropped");
-                Err(Status::NoElem)
-            }
+            None => Self::unhandled(id, msg.len()),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unhandled(id: u8, len: usize) -> UcsResult<()> {
+        tracing::warn!(id, len, "active message without a handler dropped");
+        Err(Status::NoElem)
     }
 }
 

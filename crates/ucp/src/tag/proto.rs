@@ -824,7 +824,7 @@ impl Core {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn on_eager_only(&self, m: uct::AmRecv<'_>) {
         let data = m.data();
         let Some(tag) = Reader::new(data).u64() else {
