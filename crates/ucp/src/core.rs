@@ -206,7 +206,11 @@ pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) 
     let cb_fn = r.cb_fn.take();
     if r.released && r.ext.is_none() {
         // The common case: a request the user let go of, with at most a plain callback.
-        reqs.discard(id);
+        if r.owns_nothing() {
+            reqs.discard_owning_nothing(id);
+        } else {
+            reqs.discard(id);
+        }
         return Some(Completed { status, info, cb_fn, callback: None, waker: None, owned: None });
     }
     Some(complete_rest(reqs, id, status, info, cb_fn))
