@@ -468,6 +468,18 @@ impl Core {
     /// The user dropped the handle: free now if complete, else when it completes.
     #[inline]
     pub fn req_release(&self, id: Id) {
+        // The common case first: a pending request without callback, waker or owned buffer.
+        if let Some(r) = self.reqs.borrow_mut().get_mut(id) {
+            if r.status == Status::InProgress && r.ext.is_none() {
+                r.released = true;
+                return;
+            }
+        }
+        self.req_release_rest(id);
+    }
+
+    #[inline(never)]
+    fn req_release_rest(&self, id: Id) {
         let dropped = {
             let mut reqs = self.reqs.borrow_mut();
             match reqs.get_mut(id) {
