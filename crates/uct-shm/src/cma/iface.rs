@@ -64,7 +64,12 @@ struct Inner {
     tx_quota: u32,
     queue: RefCell<VecDeque<Op>>,
     err_handler: Option<ErrHandler>,
+    /// Registered with the worker only while progress is enabled and operations are queued,
+    /// so an idle interface costs the worker's progress nothing.
     progress: ProgressRegistration,
+    /// The user enabled progress.
+    progress_wanted: Cell<bool>,
+    this: std::rc::Weak<Inner>,
 }
 
 fn fail_ep(inner: &Inner, ep: &EpState, status: Status) {
@@ -161,7 +166,26 @@ impl Inner {
 
     fn enqueue(&self, op: Op) -> OpResult {
         self.queue.borrow_mut().push_back(op);
+        self.register_if_needed();
         Ok(Outcome::InProgress)
+    }
+
+    /// Registers progress with the worker when it is wanted and operations wait.
+    fn register_if_needed(&self) {
+        if self.progress_wanted.get() && !self.queue.borrow().is_empty() {
+            if let Some(me) = self.this.upgrade() {
+                self.progress.enable_for(&me, Inner::progress_registered);
+            }
+        }
+    }
+
+    /// Progress as registered with the worker: unregisters once the queue is empty.
+    fn progress_registered(&self) -> usize {
+        let n = self.progress();
+        if self.queue.borrow().is_empty() {
+            self.progress.disable();
+        }
+        n
     }
 }
 
@@ -215,13 +239,15 @@ impl CmaIface {
             ..Default::default()
         };
         Ok(CmaIface {
-            inner: Rc::new(Inner {
+            inner: Rc::new_cyclic(|this| Inner {
                 attr,
                 seg_size,
                 tx_quota: t.tx_quota,
                 queue: RefCell::new(VecDeque::with_capacity(64)),
                 err_handler: params.err_handler.clone(),
                 progress: ProgressRegistration::new(worker),
+                progress_wanted: Cell::new(false),
+                this: this.clone(),
             }),
         })
     }
@@ -250,10 +276,12 @@ impl Iface for CmaIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        self.inner.progress.enable_for(&self.inner, Inner::progress);
+        self.inner.progress_wanted.set(true);
+        self.inner.register_if_needed();
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
+        self.inner.progress_wanted.set(false);
         self.inner.progress.disable();
     }
 
