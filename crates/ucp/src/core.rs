@@ -169,6 +169,7 @@ impl Completed {
         Self::run_all(status, info, cb_fn, callback, waker, owned);
     }
 
+    /// [`Self::run`] with a boxed callback, a waker or an owned buffer.
     #[inline(never)]
     fn run_all(
         status: Status,
@@ -478,6 +479,7 @@ impl Core {
         self.req_release_rest(id);
     }
 
+    /// [`Self::req_release`] for a completed request or one with extras.
     #[inline(never)]
     fn req_release_rest(&self, id: Id) {
         let dropped = {

@@ -205,6 +205,7 @@ impl AmTable {
         }
     }
 
+    /// A message for an id without a handler: dropped with a warning.
     #[cold]
     #[inline(never)]
     fn unhandled(id: u8, len: usize) -> UcsResult<()> {

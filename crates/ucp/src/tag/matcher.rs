@@ -26,6 +26,7 @@ const BUCKETS: usize = 1 << BUCKET_BITS;
 const NIL: u32 = u32::MAX;
 
 /// The hash bucket of `tag` (exposed for tests that need tags sharing a bucket).
+#[doc(hidden)]
 #[inline]
 pub fn bucket_index(tag: Tag) -> usize {
     // Fold the high half in, then keep the top bits of a Fibonacci hash.

@@ -64,12 +64,15 @@ struct Inner {
     tx_quota: u32,
     queue: RefCell<VecDeque<Op>>,
     err_handler: Option<ErrHandler>,
-    /// Registered with the worker only while progress is enabled and operations are queued,
-    /// so an idle interface costs the worker's progress nothing.
+    /// Registered with the worker once progress is enabled and an operation was queued, so an
+    /// interface that never queues (the common case for small messages) costs the worker's
+    /// progress nothing. It stays registered after that: registering per operation would cost
+    /// allocations in the callback queue.
     progress: ProgressRegistration,
     /// The user enabled progress.
     progress_wanted: Cell<bool>,
-    this: std::rc::Weak<Inner>,
+    /// This interface state, for registering its progress from an endpoint's operation.
+    this: Weak<Inner>,
 }
 
 fn fail_ep(inner: &Inner, ep: &EpState, status: Status) {
@@ -174,18 +177,9 @@ impl Inner {
     fn register_if_needed(&self) {
         if self.progress_wanted.get() && !self.queue.borrow().is_empty() {
             if let Some(me) = self.this.upgrade() {
-                self.progress.enable_for(&me, Inner::progress_registered);
+                self.progress.enable_for(&me, Inner::progress);
             }
         }
-    }
-
-    /// Progress as registered with the worker: unregisters once the queue is empty.
-    fn progress_registered(&self) -> usize {
-        let n = self.progress();
-        if self.queue.borrow().is_empty() {
-            self.progress.disable();
-        }
-        n
     }
 }
 
@@ -255,6 +249,8 @@ impl CmaIface {
 
 impl Drop for CmaIface {
     fn drop(&mut self) {
+        // Endpoints may outlive the interface: their operations must not register it again.
+        self.inner.progress_wanted.set(false);
         self.inner.progress.disable();
         // Operations never started complete as canceled.
         let ops: Vec<Op> = self.inner.queue.borrow_mut().drain(..).collect();
