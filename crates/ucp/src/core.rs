@@ -166,19 +166,13 @@ impl Completed {
             }
             return;
         }
-        Self::run_all(status, info, cb_fn, callback, waker, owned);
+        Completed { status, info, cb_fn, callback, waker, owned }.run_all();
     }
 
     /// [`Self::run`] with a boxed callback, a waker or an owned buffer.
     #[inline(never)]
-    fn run_all(
-        status: Status,
-        info: RecvInfo,
-        cb_fn: Option<(crate::request::CallbackFn, usize)>,
-        callback: Option<Callback>,
-        waker: Option<std::task::Waker>,
-        owned: Option<Box<dyn std::any::Any + Send>>,
-    ) {
+    fn run_all(self) {
+        let Completed { status, info, cb_fn, callback, waker, owned } = self;
         drop(owned);
         if let Some(cb) = callback {
             cb(status, info);

@@ -169,21 +169,7 @@ impl<T> IdTable<T> {
     /// The slot's generation is bumped as by [`IdTable::remove`].
     #[inline]
     pub fn discard(&mut self, id: Id) -> bool {
-        let index = id.index();
-        let Some(slot) = self.slots.get_mut(index as usize).filter(|s| s.generation == id.generation()) else {
-            return false;
-        };
-        if matches!(slot.entry, Entry::Vacant(_)) {
-            return false;
-        }
-        slot.entry = Entry::Vacant(self.free_head);
-        slot.generation = match slot.generation.wrapping_add(1) {
-            0 => 1,
-            g => g,
-        };
-        self.free_head = index;
-        self.len -= 1;
-        true
+        self.vacate(id, true)
     }
 
     /// Removes the object `id` names without running its destructor; false if there was none.
@@ -191,6 +177,12 @@ impl<T> IdTable<T> {
     /// drop glue saves time on a hot path; for anything else, the owned parts leak.
     #[inline(always)]
     pub fn discard_owning_nothing(&mut self, id: Id) -> bool {
+        self.vacate(id, false)
+    }
+
+    /// Frees the slot of `id`, dropping its object in place or not at all.
+    #[inline(always)]
+    fn vacate(&mut self, id: Id, run_drop: bool) -> bool {
         let index = id.index();
         let Some(slot) = self.slots.get_mut(index as usize).filter(|s| s.generation == id.generation()) else {
             return false;
@@ -198,7 +190,11 @@ impl<T> IdTable<T> {
         if matches!(slot.entry, Entry::Vacant(_)) {
             return false;
         }
-        std::mem::forget(std::mem::replace(&mut slot.entry, Entry::Vacant(self.free_head)));
+        if run_drop {
+            slot.entry = Entry::Vacant(self.free_head);
+        } else {
+            std::mem::forget(std::mem::replace(&mut slot.entry, Entry::Vacant(self.free_head)));
+        }
         slot.generation = match slot.generation.wrapping_add(1) {
             0 => 1,
             g => g,
