@@ -1,11 +1,7 @@
 //! The uct conformance kit against `cma` (zero-copy put/get only), in one process and across two
 //! processes (this test binary re-runs itself as the kit's agent, which owns the target memory).
 
-use std::sync::Mutex;
-
 use uct::conformance::{self as kit, AgentCommand, Options, Verdict};
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The receiving side when the kit runs across processes; does nothing in a normal run.
 #[test]
@@ -25,17 +21,9 @@ fn run(opts: Options) {
         eprintln!("cma unavailable here: {why}");
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let results = kit::run_checked(&opts, |_, why, _| why.starts_with("no "));
     let remote = opts.agent.is_some();
-    let results = kit::run_all(&opts);
-    let mut passed = Vec::new();
-    for (name, v) in &results {
-        eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
-        match v {
-            Verdict::Passed => passed.push(*name),
-            Verdict::Skipped(why) => assert!(why.starts_with("no "), "cma: {name} skipped: {why}"),
-        }
-    }
+    let passed: Vec<_> = results.iter().filter(|(_, v)| *v == Verdict::Passed).map(|(n, _)| *n).collect();
     let mut must = vec!["put_get", "flush", "ep_check", "rkey_unpack_garbage"];
     if remote {
         must.push("peer_failure");

@@ -2,11 +2,7 @@
 //! (this test binary re-runs itself as the kit's agent, which holds the receiving side).
 //! Every test here busy-polls, so they take turns.
 
-use std::sync::Mutex;
-
-use uct::conformance::{self as kit, AgentCommand, Options, Verdict};
-
-static SERIAL: Mutex<()> = Mutex::new(());
+use uct::conformance::{self as kit, AgentCommand, Options};
 
 /// The receiving side when the kit runs across processes; does nothing in a normal run.
 #[test]
@@ -23,23 +19,7 @@ fn opts(tl: &str) -> Options {
 }
 
 fn run(opts: Options) {
-    if kit::agent_requested() {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let remote = opts.agent.is_some();
-    let results = kit::run_all(&opts);
-    for (name, v) in &results {
-        eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
-        match v {
-            Verdict::Passed => {}
-            Verdict::Skipped(why) => assert!(
-                *name == "am_zcopy_iov" || (*name == "peer_failure" && !remote),
-                "{}: {name} skipped: {why}",
-                opts.resource
-            ),
-        }
-    }
+    kit::run_checked(&opts, |name, _why, remote| name == "am_zcopy_iov" || (name == "peer_failure" && !remote));
 }
 
 #[test]
@@ -69,7 +49,7 @@ fn wrap_around(tl: &str) {
     if kit::agent_requested() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = kit::take_turn();
     let pair = kit::Pair::open(&opts(tl).across_processes(AgentCommand::this_test("kit_agent")), true, 1).unwrap();
     const N: u64 = 5000;
     pair.listen(3).unwrap();
@@ -117,7 +97,7 @@ fn wakeup(tl: &str) {
     if kit::agent_requested() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = kit::take_turn();
     use std::rc::Rc;
     use uct::{EpParams, EventFlags, IfaceParams, Outcome, Status, Worker};
     uct_shm::register();

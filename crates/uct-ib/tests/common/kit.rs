@@ -2,11 +2,7 @@
 //! `#[path = "common/kit.rs"] mod kit_common;`; the including test binary keeps its own
 //! `kit_agent` test (the entry the agent process is started with).
 
-use std::sync::Mutex;
-
-use uct::conformance::{self as kit, Options, Verdict};
-
-static SERIAL: Mutex<()> = Mutex::new(());
+use uct::conformance::{self as kit, Options};
 
 /// The first resource of transport `tl`, or `None` (and why, on stderr) when there is no RDMA
 /// device; with `UCX_RS_REQUIRE_RDMA=1` (set in the VM) no device is a failure.
@@ -21,18 +17,5 @@ pub fn resource(tl: &str) -> Option<String> {
 /// Runs every check (one at a time across the binary's tests) and fails on any check that
 /// skipped unless `may_skip(check, across_processes)`.
 pub fn run(opts: Options, may_skip: impl Fn(&str, bool) -> bool) {
-    if kit::agent_requested() {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let remote = opts.agent.is_some();
-    let results = kit::run_all(&opts);
-    for (name, v) in &results {
-        eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
-    }
-    for (name, v) in &results {
-        if let Verdict::Skipped(why) = v {
-            assert!(may_skip(name, remote), "{}: {name} skipped: {why}", opts.resource);
-        }
-    }
+    kit::run_checked(&opts, |name, _why, remote| may_skip(name, remote));
 }

@@ -73,6 +73,34 @@ impl Verdict {
     }
 }
 
+/// Turns among this process's busy-polling tests (the test harness runs tests on parallel
+/// threads, and two busy-polling sides already fill a small machine).
+static TURNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes this process's turn for a busy-polling test; the next one waits until the guard goes.
+pub fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    TURNS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`run_all`] for a test binary: nothing in the agent process (empty result); otherwise it
+/// takes a turn ([`take_turn`]), prints every verdict, and panics on a skipped check unless
+/// `may_skip(check, reason, across_processes)` allows it. Returns the verdicts.
+pub fn run_checked(opts: &Options, may_skip: impl Fn(&str, &str, bool) -> bool) -> Vec<(&'static str, Verdict)> {
+    if agent_requested() {
+        return Vec::new();
+    }
+    let _turn = take_turn();
+    let remote = opts.agent.is_some();
+    let results = run_all(opts);
+    for (name, v) in &results {
+        eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
+        if let Verdict::Skipped(why) = v {
+            assert!(may_skip(name, why, remote), "{}: {name} skipped: {why}", opts.resource);
+        }
+    }
+    results
+}
+
 /// Runs every check, returning `(name, verdict)` pairs.
 pub fn run_all(opts: &Options) -> Vec<(&'static str, Verdict)> {
     vec![
