@@ -39,6 +39,7 @@ pub mod queue;
 pub mod rcache;
 pub mod status;
 pub mod sync;
+pub mod testing;
 pub mod time;
 
 pub use status::{op_result, OpResult, Outcome, Status, UcsResult};

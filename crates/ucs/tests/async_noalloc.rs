@@ -1,12 +1,10 @@
 //! Once warm, the dispatch paths allocate nothing: callback queue dispatch, event set waits,
 //! timer expiry, and a Poll-mode `AsyncContext::poll` that runs an event and a timer handler.
 //!
-//! A counting global allocator counts only on the thread that switched counting on, so the test
-//! harness's own threads do not disturb it.
+//! `ucs::testing::CountingAlloc` counts per thread, so the test harness's own threads do not
+//! disturb it.
 #![cfg(not(loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -15,47 +13,12 @@ use std::time::{Duration, Instant};
 use ucs::async_::{AsyncContext, AsyncMode, EventFd, EventSet, Events, TimerQueue};
 use ucs::callbackq::CallbackQueue;
 
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call unchanged to the system allocator; only adds a counter.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCS.fetch_add(1, Relaxed);
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCS.fetch_add(1, Relaxed);
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: ucs::testing::CountingAlloc = ucs::testing::CountingAlloc;
 
 /// Allocations made by `f` on this thread.
 fn allocs_in(f: impl FnOnce()) -> usize {
-    let before = ALLOCS.load(Relaxed);
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    ALLOCS.load(Relaxed) - before
+    ucs::testing::count_allocations(f) as usize
 }
 
 #[test]

@@ -3,8 +3,6 @@
 //! of `MemPool`, `PoolBuf` and `ObjPool` after warm-up, and the push/pop paths of the other
 //! single-thread structures.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 use std::ptr::NonNull;
 use std::rc::Rc;
@@ -15,56 +13,12 @@ use ucs::idtable::IdTable;
 use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, ObjPool, PoolBox};
 use ucs::queue::Queue;
 
-struct Counting;
-
-thread_local! {
-    // const-initialised and without Drop, so touching it from the allocator never allocates.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn bump() {
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting has no effect on
-// the memory handed out.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded with the caller's guarantees about `layout`.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded with the caller's guarantees about `layout`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        bump();
-        // SAFETY: forwarded with the caller's guarantees; `ptr` came from System via this type.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by System (through this type) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
-}
+static GLOBAL: ucs::testing::CountingAlloc = ucs::testing::CountingAlloc;
 
 /// Runs `f` and returns how many allocations it made on this thread.
 fn count(f: impl FnOnce()) -> u64 {
-    let before = allocs();
-    f();
-    allocs() - before
+    ucs::testing::count_allocations(f)
 }
 
 // Miri runs the same paths, just fewer times.

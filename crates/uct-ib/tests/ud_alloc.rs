@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 
 use uct_ib::ud::{DevAddr, PacketKind, PeerAddr, RelConfig, RxOutcome, UdIface};
 
-#[path = "common/counting_alloc.rs"]
-mod counting_alloc;
+#[global_allocator]
+static GLOBAL: ucs::testing::CountingAlloc = ucs::testing::CountingAlloc;
 
 /// A receive buffer from a fixed pool, as a transport's receive descriptor would be.
 #[derive(Debug)]
@@ -137,7 +137,7 @@ fn warm_path_allocates_nothing() {
     net.run(20_000);
     let resent_before: u64 = (0..2).map(|n| net.ifaces[n].ep(net.eps[n]).unwrap().stats().resent).sum();
 
-    let allocs = counting_alloc::count_allocations(|| {
+    let allocs = ucs::testing::count_allocations(|| {
         net.run(40_000);
     });
 

@@ -14,8 +14,8 @@ use uct::{AmRecv, Iface, SendFlags, Worker};
 use uct_ib::ud::LossConfig;
 use ud_common::{connect, device, open};
 
-#[path = "common/counting_alloc.rs"]
-mod counting_alloc;
+#[global_allocator]
+static GLOBAL: ucs::testing::CountingAlloc = ucs::testing::CountingAlloc;
 
 const AM: u8 = 2;
 
@@ -75,7 +75,7 @@ fn warm_data_path_allocates_nothing() {
     run(8000);
     let resent_before = a.stats().resent + b.stats().resent;
 
-    let allocs = counting_alloc::count_allocations(|| {
+    let allocs = ucs::testing::count_allocations(|| {
         run(16_000);
     });
 

@@ -1,37 +1,13 @@
 //! Steady-state sends allocate nothing: am_short, am_bcopy, put_short on `self`, `posix` and
 //! `sysv`, including the receive path.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use uct::{AmRecv, EpParams, IfaceParams, MemAccess, Outcome, SendFlags, Worker};
 
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: ucs::testing::CountingAlloc = ucs::testing::CountingAlloc;
 
 /// Sends am_short, am_bcopy and put_short from a sender to a receiver on `resource` and checks
 /// that 100k rounds after warm-up make no heap allocation (send and receive paths both).
@@ -88,11 +64,11 @@ fn steady_state(resource: &str) {
     for i in 0..1000 {
         round(i); // warm up pools and lazily created buffers
     }
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = ucs::testing::allocations();
     for i in 0..100_000 {
         round(i);
     }
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = ucs::testing::allocations();
     while worker.progress() > 0 {}
     assert_eq!(after - before, 0, "{resource}: heap allocations in 100k steady-state rounds");
     assert_eq!(got.get(), 101_000 * (40 + 64), "{resource}: every message delivered");
