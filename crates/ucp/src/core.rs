@@ -192,10 +192,22 @@ impl Completed {
 /// the worker (callbacks, a waker, a user's buffer) comes out in the returned [`Completed`].
 #[inline(always)]
 pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) -> Option<Completed> {
+    complete_with(reqs, id, |_| Some(status))
+}
+
+/// [`complete_in`] with the status from `fill`, which sees the request first (to deliver data
+/// into it) under the same lookup; `fill` returning `None` leaves the request as it was.
+#[inline(always)]
+pub(crate) fn complete_with(
+    reqs: &mut IdTable<ReqState>,
+    id: Id,
+    fill: impl FnOnce(&mut ReqState) -> Option<Status>,
+) -> Option<Completed> {
     let r = reqs.get_mut(id)?;
     if r.status != Status::InProgress {
         return None;
     }
+    let status = fill(r)?;
     r.status = status;
     let info = r.info;
     let cb_fn = r.cb_fn.take();

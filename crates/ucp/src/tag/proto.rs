@@ -74,16 +74,22 @@ impl Core {
         let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
         if imm && !sync && len < ep.cfg.rndv_thresh && self.ready_after_replay(&ep) {
             match self.eager_now(&ep, &buf, tag) {
-                None | Some(Ok(Outcome::NoResource)) => {}
+                None => {}
+                // The lane is full: queue without trying again at once.
+                Some(Ok(Outcome::NoResource)) => {
+                    return self.tag_send_queued(ep, ep_id, buf, tag, sync, param, false).map(Some)
+                }
                 Some(Ok(_)) => return Ok(None),
                 Some(Err(e)) => return Err(e),
             }
         }
-        self.tag_send_queued(ep, ep_id, buf, tag, sync, param).map(Some)
+        self.tag_send_queued(ep, ep_id, buf, tag, sync, param, true).map(Some)
     }
 
-    /// The request path of a send: starts it now if the endpoint is ready, else queues it.
+    /// The request path of a send: starts it now if the endpoint is ready and `try_now`, else
+    /// queues it.
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn tag_send_queued(
         &self,
         ep: Rc<Ep>,
@@ -92,6 +98,7 @@ impl Core {
         tag: Tag,
         sync: bool,
         param: RequestParam,
+        try_now: bool,
     ) -> UcsResult<Id> {
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
@@ -99,11 +106,10 @@ impl Core {
         let len = buf.len();
         let req =
             SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, zc: None, hint: param.memh.map(|m| m.id) };
-        let rid = self.req_with(ReqKind::Send(req), param);
-        if let Some(r) = self.reqs.borrow_mut().get_mut(rid) {
-            r.info = RecvInfo { length: len, sender_tag: tag };
-        }
-        if ep.ready() {
+        let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn);
+        st.info = RecvInfo { length: len, sender_tag: tag };
+        let rid = self.reqs.borrow_mut().insert(st);
+        if try_now && ep.ready() {
             if !self.send_progress(&ep, rid) {
                 self.queue(&ep, Pending::Send(rid));
             }
@@ -280,6 +286,23 @@ impl Core {
         }
     }
 
+    /// The buffer and tag of send `rid` when it is a queued, not yet started eager-short send
+    /// (the common retry after a full lane): sent without taking the buffer out and back.
+    /// The choice matches the start of [`Self::send_progress`]'s general path.
+    #[inline]
+    fn queued_short(&self, ep: &Ep, rid: Id) -> Option<(crate::request::Seg, Tag)> {
+        let reqs = self.reqs.borrow();
+        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.get(rid) else {
+            return None;
+        };
+        if !matches!(s.phase, SendPhase::Queued) || s.sync {
+            return None;
+        }
+        let seg = s.buf.contig()?;
+        let cfg = &ep.cfg;
+        (seg.len < cfg.short_lim && seg.len < cfg.rndv_thresh && !Self::zcopy(ep, &s.buf)).then_some((seg, s.tag))
+    }
+
     /// Takes the user buffer out of a send request, so nothing is borrowed while sending.
     fn take_send(&self, rid: Id) -> Option<(Buf, Tag, bool, SendPhaseView)> {
         let mut reqs = self.reqs.borrow_mut();
@@ -319,7 +342,30 @@ impl Core {
 
     /// Advances a send; true when it needs nothing more from the queue (finished, or waiting
     /// for the peer), false when the lane had no resources.
+    #[inline]
     pub fn send_progress(&self, ep: &Rc<Ep>, rid: Id) -> bool {
+        if let Some((seg, tag)) = self.queued_short(ep, rid) {
+            // SAFETY: the caller of `tag_send` keeps the buffer valid until the send completes.
+            let data = unsafe { bytes(seg.ptr, seg.len) };
+            return match ep.am().am_short(wire::AM_EAGER_ONLY, tag, data) {
+                Ok(Outcome::NoResource) => false,
+                Ok(_) => {
+                    self.count(|c| &mut c.eager_short);
+                    self.finish(rid, Status::Ok);
+                    true
+                }
+                Err(e) => {
+                    self.finish(rid, e);
+                    true
+                }
+            };
+        }
+        self.send_progress_general(ep, rid)
+    }
+
+    /// [`Self::send_progress`] for everything but a queued eager-short send.
+    #[inline(never)]
+    fn send_progress_general(&self, ep: &Rc<Ep>, rid: Id) -> bool {
         let Some((buf, tag, sync, view)) = self.take_send(rid) else { return true };
         let len = buf.len();
         let cfg = ep.cfg;
@@ -801,10 +847,8 @@ impl Core {
     /// A whole message for a matched receive.
     #[inline]
     fn deliver_whole(&self, rid: Id, tag: Tag, payload: &[u8], sync: Option<(u64, u64)>) {
-        let done = {
-            let mut reqs = self.reqs.borrow_mut();
-            let Some(r) = reqs.get_mut(rid) else { return };
-            let ReqKind::Recv(rr) = &mut r.kind else { return };
+        let done = crate::core::complete_with(&mut self.reqs.borrow_mut(), rid, |r| {
+            let ReqKind::Recv(rr) = &mut r.kind else { return None };
             rr.posted = None;
             let status = if payload.len() > rr.buf.len() {
                 Status::MessageTruncated
@@ -814,8 +858,8 @@ impl Core {
                 Status::Ok
             };
             r.info = RecvInfo { length: payload.len(), sender_tag: tag };
-            crate::core::complete_in(&mut reqs, rid, status)
-        };
+            Some(status)
+        });
         if let Some((ep, sreq)) = sync {
             self.sync_ack(ep, sreq);
         }
