@@ -143,7 +143,15 @@ pub(crate) fn new_uuid() -> u64 {
 
 /// What remains of completing a request once the request table is released: the callbacks
 /// to run, the future to wake, and a user's buffer to drop.
-pub(crate) struct Completed {
+pub(crate) enum Completed {
+    /// The common case: at most the allocation-free callback.
+    Plain { status: Status, info: RecvInfo, cb_fn: Option<(crate::request::CallbackFn, usize)> },
+    /// A boxed callback, a waker or an owned buffer as well.
+    Full(CompletedFull),
+}
+
+/// [`Completed::Full`].
+pub(crate) struct CompletedFull {
     status: Status,
     info: RecvInfo,
     cb_fn: Option<(crate::request::CallbackFn, usize)>,
@@ -157,22 +165,21 @@ impl Completed {
     /// may be borrowed).
     #[inline(always)]
     pub fn run(self) {
-        let Completed { status, info, cb_fn, callback, waker, owned } = self;
-        if callback.is_none() && waker.is_none() && owned.is_none() {
-            // All three are `None`: nothing to drop (this spares the drop glue).
-            std::mem::forget((callback, waker, owned));
-            if let Some((f, data)) = cb_fn {
-                f(status, info, data);
+        match self {
+            Completed::Plain { status, info, cb_fn } => {
+                if let Some((f, data)) = cb_fn {
+                    f(status, info, data);
+                }
             }
-            return;
+            Completed::Full(c) => c.run(),
         }
-        Completed { status, info, cb_fn, callback, waker, owned }.run_all();
     }
+}
 
-    /// [`Self::run`] with a boxed callback, a waker or an owned buffer.
+impl CompletedFull {
     #[inline(never)]
-    fn run_all(self) {
-        let Completed { status, info, cb_fn, callback, waker, owned } = self;
+    fn run(self) {
+        let CompletedFull { status, info, cb_fn, callback, waker, owned } = self;
         drop(owned);
         if let Some(cb) = callback {
             cb(status, info);
@@ -218,7 +225,7 @@ pub(crate) fn complete_with(
         } else {
             reqs.discard(id);
         }
-        return Some(Completed { status, info, cb_fn, callback: None, waker: None, owned: None });
+        return Some(Completed::Plain { status, info, cb_fn });
     }
     Some(complete_rest(reqs, id, status, info, cb_fn))
 }
@@ -233,7 +240,7 @@ fn complete_rest(
     cb_fn: Option<(crate::request::CallbackFn, usize)>,
 ) -> Completed {
     let Some(r) = reqs.get_mut(id) else {
-        return Completed { status, info, cb_fn, callback: None, waker: None, owned: None };
+        return Completed::Plain { status, info, cb_fn };
     };
     let (callback, waker, owned) = if r.released {
         let taken = r.take_ext();
@@ -247,7 +254,7 @@ fn complete_rest(
             None => (None, None, None),
         }
     };
-    Completed { status, info, cb_fn, callback, waker, owned }
+    Completed::Full(CompletedFull { status, info, cb_fn, callback, waker, owned })
 }
 
 fn record_of(i: &WorkerIface) -> IfaceRecord {
