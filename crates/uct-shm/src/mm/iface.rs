@@ -108,6 +108,10 @@ impl Inner {
         let mut n = 0;
         while n < self.cfg.max_poll {
             let Some(e) = rx.consumer.peek() else { break };
+            if n > 0 {
+                // A second message in one poll: they are streaming in.
+                rx.consumer.prefetch_next();
+            }
             let slot = rx.consumer.index_slot();
             let len = e.length as usize;
             if e.am_id >= AM_ID_MAX {
