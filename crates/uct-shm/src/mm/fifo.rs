@@ -269,34 +269,27 @@ impl Producer {
         // state now, so that write does not wait for the line to come over from the consumer's
         // core. Not the next element: an idle consumer polls that one's flags, and taking its
         // line away would only make it come back (measured: slower ping-pong).
-        prefetch_write(self.fifo.elem(claim.index + 2).as_ptr().cast());
+        prefetch(self.fifo.elem(claim.index + 2).as_ptr().cast(), true);
     }
 }
 
-/// Hints the CPU to fetch the cache line at `p` for writing (`prefetchw`; a no-op hint where
-/// unsupported). Never faults, whatever the address.
+/// Hints the CPU to fetch the cache line at `p`, for writing (`prefetchw`) or for reading
+/// (`prefetcht0`). Never faults, whatever the address.
 #[inline(always)]
-fn prefetch_write(p: *const u8) {
+fn prefetch(p: *const u8, write: bool) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHW only hints the cache; it does not access memory architecturally, cannot
-    // fault, and CPUs without it decode it as a no-op (0F 0D is a reserved-NOP opcode).
+    // SAFETY: both instructions only hint the cache: they do not access memory
+    // architecturally and cannot fault; CPUs without PREFETCHW decode it as a no-op (0F 0D is a
+    // reserved-NOP opcode).
     unsafe {
-        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+        if write {
+            std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+        } else {
+            std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Hints the CPU to fetch the cache line at `p` for reading. Never faults.
-#[inline(always)]
-fn prefetch_read(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 only hints the cache; it cannot fault, whatever the address.
-    unsafe {
-        std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    let _ = (p, write);
 }
 
 /// A received element, copied out of shared memory (validate before use).
@@ -360,7 +353,7 @@ impl Consumer {
     /// written yet, and fetching it early only takes its line from the producer.
     #[inline]
     pub fn prefetch_next(&self) {
-        prefetch_read(self.fifo.elem(self.read_index + 1).as_ptr().cast());
+        prefetch(self.fifo.elem(self.read_index + 1).as_ptr().cast(), false);
     }
 
     /// The slot (element index) of the read index.
