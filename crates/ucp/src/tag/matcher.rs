@@ -148,6 +148,20 @@ fn push_back<T>(slab: &mut Slab<T>, list: &mut List, i: u32, links: impl Fn(&mut
     list.tail = i;
 }
 
+/// Unlinks the head of a non-empty `list` ([`unlink`] for the head, without its general
+/// cases: the hot path of an arrival that matches the first receive of its bucket).
+#[inline]
+fn pop_front<T>(slab: &mut Slab<T>, list: &mut List, links: impl Fn(&mut T) -> &mut Links) {
+    let head = list.head;
+    let next = links(slab.get_mut(head)).next;
+    list.head = next;
+    if next == NIL {
+        list.tail = NIL;
+    } else {
+        links(slab.get_mut(next)).prev = NIL;
+    }
+}
+
 struct Expected<R> {
     tag: Tag,
     mask: Tag,
@@ -344,15 +358,8 @@ impl<R, U> TagMatcher<R, U> {
             if head == NIL {
                 return None;
             }
-            let e = self.exp.get(head);
-            if e.tag == tag {
-                let next = e.links.next;
-                self.exp_buckets[b].head = next;
-                if next == NIL {
-                    self.exp_buckets[b].tail = NIL;
-                } else {
-                    self.exp.get_mut(next).links.prev = NIL;
-                }
+            if self.exp.get(head).tag == tag {
+                pop_front(&mut self.exp, &mut self.exp_buckets[b], |e| &mut e.links);
                 self.exp_count -= 1;
                 return Some(self.exp.remove(head).value);
             }

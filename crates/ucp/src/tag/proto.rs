@@ -124,16 +124,8 @@ impl Core {
     #[inline]
     fn eager_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> Option<UcsResult<Outcome<()>>> {
         let len = buf.len();
-        if len < ep.cfg.short_lim {
-            if let Some(seg) = buf.contig() {
-                // SAFETY: the caller of `tag_send` keeps the buffer valid.
-                let data = unsafe { bytes(seg.ptr, seg.len) };
-                let r = ep.am().am_short(wire::AM_EAGER_ONLY, tag, data);
-                if let Ok(Outcome::Done(())) = r {
-                    self.count(|c| &mut c.eager_short);
-                }
-                return Some(r);
-            }
+        if let Some(seg) = Self::short_seg(ep, buf) {
+            return Some(self.send_short(ep, seg, tag));
         }
         if len + len::EAGER_ONLY <= ep.cfg.bcopy_max && !Self::zcopy(ep, buf) {
             let r = ep.am().am_bcopy(
@@ -153,6 +145,28 @@ impl Core {
             return Some(r.map(|o| o.map(|_| ())));
         }
         None
+    }
+
+    /// The buffer of a message that fits eager short on `ep` (contiguous, under the limit).
+    #[inline]
+    fn short_seg(ep: &Ep, buf: &Buf) -> Option<crate::request::Seg> {
+        if buf.len() < ep.cfg.short_lim {
+            buf.contig()
+        } else {
+            None
+        }
+    }
+
+    /// Sends one eager-short message from `seg` (counted when it went out).
+    #[inline]
+    fn send_short(&self, ep: &Ep, seg: crate::request::Seg, tag: Tag) -> uct::OpResult {
+        // SAFETY: the caller of `tag_send` keeps the buffer valid until the send completes.
+        let data = unsafe { bytes(seg.ptr, seg.len) };
+        let r = ep.am().am_short(wire::AM_EAGER_ONLY, tag, data);
+        if let Ok(Outcome::Done(())) = r {
+            self.count(|c| &mut c.eager_short);
+        }
+        r
     }
 
     /// Whether an eager message goes zero-copy on `ep`.
@@ -242,7 +256,10 @@ impl Core {
                     w.u64(sreq);
                     wire::AM_EAGER_SYNC_ONLY
                 }
-                (false, _, _) => frag_header(&mut w, FragHdr { tag, rep, msg_id, len, offset, sync, sreq }),
+                (false, _, _) => {
+                    frag_header(&mut w, FragHdr { tag, rep, msg_id, len, offset, sync, sreq });
+                    frag_kind(offset, sync).0
+                }
             };
             let h = w.written();
             let n = (len - offset).min(cfg.zcopy_max - h);
@@ -295,12 +312,14 @@ impl Core {
         let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.get(rid) else {
             return None;
         };
-        if !matches!(s.phase, SendPhase::Queued) || s.sync {
+        if !matches!(s.phase, SendPhase::Queued)
+            || s.sync
+            || s.buf.len() >= ep.cfg.rndv_thresh
+            || Self::zcopy(ep, &s.buf)
+        {
             return None;
         }
-        let seg = s.buf.contig()?;
-        let cfg = &ep.cfg;
-        (seg.len < cfg.short_lim && seg.len < cfg.rndv_thresh && !Self::zcopy(ep, &s.buf)).then_some((seg, s.tag))
+        Some((Self::short_seg(ep, &s.buf)?, s.tag))
     }
 
     /// Takes the user buffer out of a send request, so nothing is borrowed while sending.
@@ -345,12 +364,9 @@ impl Core {
     #[inline]
     pub fn send_progress(&self, ep: &Rc<Ep>, rid: Id) -> bool {
         if let Some((seg, tag)) = self.queued_short(ep, rid) {
-            // SAFETY: the caller of `tag_send` keeps the buffer valid until the send completes.
-            let data = unsafe { bytes(seg.ptr, seg.len) };
-            return match ep.am().am_short(wire::AM_EAGER_ONLY, tag, data) {
+            return match self.send_short(ep, seg, tag) {
                 Ok(Outcome::NoResource) => false,
                 Ok(_) => {
-                    self.count(|c| &mut c.eager_short);
                     self.finish(rid, Status::Ok);
                     true
                 }
@@ -444,9 +460,7 @@ impl Core {
         loop {
             let (id, hdr) = match rndv_rreq {
                 Some(_) => (wire::AM_RNDV_DATA, len::RNDV_DATA),
-                None if offset == 0 && sync => (wire::AM_EAGER_SYNC_FIRST, len::EAGER_SYNC_FIRST),
-                None if offset == 0 => (wire::AM_EAGER_FIRST, len::EAGER_FIRST),
-                None => (wire::AM_EAGER_MIDDLE, len::EAGER_MIDDLE),
+                None => frag_kind(offset, sync),
             };
             let n = (len - offset).min(cfg.bcopy_max.saturating_sub(hdr));
             if n == 0 && len > 0 {
@@ -1299,7 +1313,6 @@ impl Core {
     }
 }
 
-/// What `send_progress` has to do next.
 /// The fields of an eager fragment's header.
 struct FragHdr {
     tag: Tag,
@@ -1311,10 +1324,19 @@ struct FragHdr {
     sreq: u64,
 }
 
-/// Writes an eager fragment's header - `EAGER_FIRST`/`EAGER_SYNC_FIRST` (tag, endpoint, message
-/// id, total length, and the send request when sync) at offset 0, else `EAGER_MIDDLE` (endpoint,
-/// message id, offset) - and returns its AM id.
-fn frag_header(w: &mut Writer<'_>, h: FragHdr) -> u8 {
+/// The AM id and header length of the eager fragment at `offset`: `EAGER_FIRST` or
+/// `EAGER_SYNC_FIRST` at offset 0, else `EAGER_MIDDLE`.
+fn frag_kind(offset: usize, sync: bool) -> (u8, usize) {
+    match (offset, sync) {
+        (0, true) => (wire::AM_EAGER_SYNC_FIRST, len::EAGER_SYNC_FIRST),
+        (0, false) => (wire::AM_EAGER_FIRST, len::EAGER_FIRST),
+        _ => (wire::AM_EAGER_MIDDLE, len::EAGER_MIDDLE),
+    }
+}
+
+/// Writes the header [`frag_kind`] names: tag, endpoint, message id, total length and (sync)
+/// the send request at offset 0, else endpoint, message id and offset.
+fn frag_header(w: &mut Writer<'_>, h: FragHdr) {
     if h.offset == 0 {
         w.u64(h.tag);
         w.u64(h.rep);
@@ -1322,17 +1344,15 @@ fn frag_header(w: &mut Writer<'_>, h: FragHdr) -> u8 {
         w.u64(h.len as u64);
         if h.sync {
             w.u64(h.sreq);
-            return wire::AM_EAGER_SYNC_FIRST;
         }
-        wire::AM_EAGER_FIRST
     } else {
         w.u64(h.rep);
         w.u64(h.msg_id);
         w.u64(h.offset as u64);
-        wire::AM_EAGER_MIDDLE
     }
 }
 
+/// What `send_progress` has to do next.
 enum SendPhaseView {
     Start,
     Frags { offset: usize, msg_id: u64 },
