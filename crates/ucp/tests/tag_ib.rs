@@ -120,10 +120,7 @@ fn simultaneous_connect() {
             let mut buf = vec![0u8; len];
             // SAFETY: `buf` outlives the request, waited for below.
             let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) }.unwrap();
-            let info = match r {
-                ucp::RecvResult::Done(i) => i,
-                ucp::RecvResult::Pending(r) => r.wait().unwrap(),
-            };
+            let info = r.wait().unwrap();
             assert_eq!(info.length, len);
             assert!(buf == pattern(len, tag), "{tls}: {len} B from the peer");
             s.flush(&w);

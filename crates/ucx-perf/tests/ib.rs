@@ -36,8 +36,8 @@ fn pair(args: &[&str], tls: Option<&str>, server_grace: Duration) -> (Output, Ou
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
+    // No pause before the client: it retries a refused connection (`rte::CONNECT_RETRY`).
     let server = cmd(false).spawn().expect("start the server");
-    std::thread::sleep(Duration::from_millis(300));
     let client = finish(cmd(true).spawn().expect("start the client"), Duration::from_secs(300));
     (finish(server, server_grace), client)
 }

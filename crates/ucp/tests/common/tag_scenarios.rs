@@ -176,9 +176,7 @@ impl RemoteSender {
             assert!(t.elapsed() < TIMEOUT, "peer did not answer '{line}'");
         }
     }
-}
 
-impl RemoteSender {
     /// The peer's endpoint lanes once wired up: `connected usage=transport ...`.
     pub fn lanes(&mut self, w: &Worker) -> String {
         self.ask(w, "lanes")
