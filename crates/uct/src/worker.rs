@@ -81,8 +81,16 @@ impl ProgressRegistration {
     /// Registers `progress(&target)` for an interface's shared state, holding it weakly (the
     /// worker must not keep the interface alive); once the interface is gone it reports 0.
     pub fn enable_for<T: 'static>(&self, target: &Rc<T>, progress: impl Fn(&T) -> usize + 'static) {
+        if self.is_enabled() {
+            return;
+        }
         let weak = Rc::downgrade(target);
         self.enable(move || weak.upgrade().map_or(0, |t| progress(&t)));
+    }
+
+    /// True while registered.
+    pub fn is_enabled(&self) -> bool {
+        self.id.get().is_some()
     }
 
     /// Unregisters, if registered.

@@ -182,18 +182,19 @@ fn take_blob<'a>(b: &mut &'a [u8]) -> Result<&'a [u8], String> {
 /// Fails, as `ucx_perftest` does, when the message is larger than the transport allows for the
 /// test's operation and data layout.
 fn check_size_limit(spec: &UctTestSpec, attr: &uct::IfaceAttr, length: usize) -> Result<(), String> {
-    let (what, max) = match (spec.cmd, spec.layout) {
-        (Cmd::Am, Layout::Short | Layout::ShortIov) => ("AM short", attr.am.max_short),
-        (Cmd::Am, Layout::Bcopy) => ("AM bcopy", attr.am.max_bcopy),
-        (Cmd::Am, Layout::Zcopy) => ("AM zcopy", attr.am.max_zcopy),
-        (Cmd::Put, Layout::Short) => ("put short", attr.put.max_short),
-        (Cmd::Put, Layout::Bcopy) => ("put bcopy", attr.put.max_bcopy),
-        (Cmd::Put, Layout::Zcopy) => ("put zcopy", attr.put.max_zcopy),
-        (Cmd::Get, Layout::Bcopy) => ("get bcopy", attr.get.max_bcopy),
-        (Cmd::Get, Layout::Zcopy) => ("get zcopy", attr.get.max_zcopy),
+    use uct::IfaceFlags as F;
+    let (what, flag, max) = match (spec.cmd, spec.layout) {
+        (Cmd::Am, Layout::Short | Layout::ShortIov) => ("AM short", F::AM_SHORT, attr.am.max_short),
+        (Cmd::Am, Layout::Bcopy) => ("AM bcopy", F::AM_BCOPY, attr.am.max_bcopy),
+        (Cmd::Am, Layout::Zcopy) => ("AM zcopy", F::AM_ZCOPY, attr.am.max_zcopy),
+        (Cmd::Put, Layout::Short) => ("put short", F::PUT_SHORT, attr.put.max_short),
+        (Cmd::Put, Layout::Bcopy) => ("put bcopy", F::PUT_BCOPY, attr.put.max_bcopy),
+        (Cmd::Put, Layout::Zcopy) => ("put zcopy", F::PUT_ZCOPY, attr.put.max_zcopy),
+        (Cmd::Get, Layout::Bcopy) => ("get bcopy", F::GET_BCOPY, attr.get.max_bcopy),
+        (Cmd::Get, Layout::Zcopy) => ("get zcopy", F::GET_ZCOPY, attr.get.max_zcopy),
         _ => return Ok(()),
     };
-    if max == 0 {
+    if !attr.flags.contains(flag) {
         return Err(format!("{} does not support {what}", spec.resource));
     }
     if length > max {

@@ -61,7 +61,7 @@ pub struct RcConfig {
 }
 
 fn invalid(var: &str, value: impl std::fmt::Display, why: &str) -> Status {
-    crate::ib_config::invalid(&["RC_VERBS_", "RC_", "IB_"], var, value, why)
+    crate::ib_config::invalid(super::CONFIG_PREFIXES, var, value, why)
 }
 
 /// The IB timeout exponent `t` with 4.096 us * 2^t >= `d` (0..=31).

@@ -40,7 +40,7 @@ pub struct UdVerbsConfig {
 }
 
 fn invalid(var: &str, value: impl std::fmt::Display, why: &str) -> Status {
-    crate::ib_config::invalid(&["UD_VERBS_", "UD_", "IB_"], var, value, why)
+    crate::ib_config::invalid(super::CONFIG_PREFIXES, var, value, why)
 }
 
 impl UdVerbsConfig {

@@ -71,8 +71,6 @@ struct Inner {
     progress: ProgressRegistration,
     /// The user enabled progress.
     progress_wanted: Cell<bool>,
-    /// This interface state, for registering its progress from an endpoint's operation.
-    this: Weak<Inner>,
 }
 
 fn fail_ep(inner: &Inner, ep: &EpState, status: Status) {
@@ -167,19 +165,12 @@ impl Inner {
         events
     }
 
-    fn enqueue(&self, op: Op) -> OpResult {
+    fn enqueue(self: &Rc<Self>, op: Op) -> OpResult {
         self.queue.borrow_mut().push_back(op);
-        self.register_if_needed();
-        Ok(Outcome::InProgress)
-    }
-
-    /// Registers progress with the worker when it is wanted and operations wait.
-    fn register_if_needed(&self) {
-        if self.progress_wanted.get() && !self.queue.borrow().is_empty() {
-            if let Some(me) = self.this.upgrade() {
-                self.progress.enable_for(&me, Inner::progress);
-            }
+        if self.progress_wanted.get() && !self.progress.is_enabled() {
+            self.progress.enable_for(self, Inner::progress);
         }
+        Ok(Outcome::InProgress)
     }
 }
 
@@ -233,7 +224,7 @@ impl CmaIface {
             ..Default::default()
         };
         Ok(CmaIface {
-            inner: Rc::new_cyclic(|this| Inner {
+            inner: Rc::new(Inner {
                 attr,
                 seg_size,
                 tx_quota: t.tx_quota,
@@ -241,7 +232,6 @@ impl CmaIface {
                 err_handler: params.err_handler.clone(),
                 progress: ProgressRegistration::new(worker),
                 progress_wanted: Cell::new(false),
-                this: this.clone(),
             }),
         })
     }
@@ -273,7 +263,9 @@ impl Iface for CmaIface {
 
     fn progress_enable(&self, _flags: ProgressFlags) {
         self.inner.progress_wanted.set(true);
-        self.inner.register_if_needed();
+        if !self.inner.queue.borrow().is_empty() {
+            self.inner.progress.enable_for(&self.inner, Inner::progress);
+        }
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
@@ -330,7 +322,7 @@ impl Iface for CmaIface {
 }
 
 /// Done when nothing is queued; otherwise a marker completes `comp` after everything before it.
-fn flush_queue(inner: &Inner, comp: Option<&Rc<Completion>>) -> OpResult {
+fn flush_queue(inner: &Rc<Inner>, comp: Option<&Rc<Completion>>) -> OpResult {
     if inner.queue.borrow().is_empty() {
         return Ok(Outcome::Done(()));
     }

@@ -39,17 +39,20 @@ fn invalid(var: &str, value: impl std::fmt::Display, why: &str) -> Status {
 }
 
 impl MmIfaceConfig {
-    /// Reads `UCX_<TL>_*` then `UCX_MM_*` from `source` (the environment unless given), applies
-    /// `overrides`, and validates.
-    pub fn read(tl_prefix: &str, source: Option<&dyn ConfigSource>, overrides: &[(String, String)]) -> UcsResult<Self> {
-        let prefixes = [tl_prefix, "MM_"];
+    /// Reads `UCX_<prefix>*` for `prefixes` in order (`POSIX_` or `SYSV_`, then `MM_`) from
+    /// `source` (the environment unless given), applies `overrides`, and validates.
+    pub fn read(
+        prefixes: &[&str],
+        source: Option<&dyn ConfigSource>,
+        overrides: &[(String, String)],
+    ) -> UcsResult<Self> {
         let report = |e: ucs::config::ConfigError| {
             tracing::error!("{e}");
             Status::from(e)
         };
         let mut t = match source {
-            Some(s) => MmConfigTable::read_from(s, &prefixes),
-            None => MmConfigTable::read(&prefixes),
+            Some(s) => MmConfigTable::read_from(s, prefixes),
+            None => MmConfigTable::read(prefixes),
         }
         .map_err(report)?;
         for (name, value) in overrides {
@@ -90,7 +93,7 @@ mod tests {
     fn read(env: &[(&str, &str)], overrides: &[(&str, &str)]) -> UcsResult<MmIfaceConfig> {
         let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let ov: Vec<(String, String)> = overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        MmIfaceConfig::read("POSIX_", Some(&env), &ov)
+        MmIfaceConfig::read(&["POSIX_", "MM_"], Some(&env), &ov)
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub struct MmIface {
 
 impl MmIface {
     pub(crate) fn open(comp: &'static MmComponent, worker: &Worker, params: &IfaceParams) -> UcsResult<Self> {
-        let cfg = MmIfaceConfig::read(comp.prefix, None, &params.config)?;
+        let cfg = MmIfaceConfig::read(comp.prefixes, None, &params.config)?;
         let fifo_len = cfg.layout.total_len().next_multiple_of(64);
         let desc_stride = cfg.seg_size.next_multiple_of(64);
         let n_descs = 2 * cfg.layout.fifo_size as usize;

@@ -26,18 +26,14 @@ pub struct MmComponent {
     pub name: &'static str,
     /// Segment kind.
     pub kind: SegKind,
-    /// Configuration prefix (`POSIX_`, `SYSV_`).
-    pub prefix: &'static str,
-    /// Every configuration prefix, most specific first (with `MM_`).
+    /// Every configuration prefix, most specific first (`POSIX_` or `SYSV_`, then `MM_`).
     pub prefixes: &'static [&'static str],
 }
 
 /// The `posix` component.
-pub static POSIX: MmComponent =
-    MmComponent { name: "posix", kind: SegKind::Posix, prefix: "POSIX_", prefixes: &["POSIX_", "MM_"] };
+pub static POSIX: MmComponent = MmComponent { name: "posix", kind: SegKind::Posix, prefixes: &["POSIX_", "MM_"] };
 /// The `sysv` component.
-pub static SYSV: MmComponent =
-    MmComponent { name: "sysv", kind: SegKind::Sysv, prefix: "SYSV_", prefixes: &["SYSV_", "MM_"] };
+pub static SYSV: MmComponent = MmComponent { name: "sysv", kind: SegKind::Sysv, prefixes: &["SYSV_", "MM_"] };
 
 impl Component for MmComponent {
     fn name(&self) -> &'static str {

@@ -19,13 +19,16 @@ pub(crate) struct SelfIfaceConfig {
     pub max_bufs: usize,
 }
 
+/// The configuration prefixes of the `self` transport (`UCX_SELF_*`).
+pub(crate) const CONFIG_PREFIXES: &[&str] = &["SELF_"];
+
 impl SelfIfaceConfig {
     pub(crate) fn read(params: &IfaceParams) -> UcsResult<Self> {
         let report = |e: ucs::config::ConfigError| {
             tracing::error!("{e}");
             Status::from(e)
         };
-        let mut t = SelfConfigTable::read(&["SELF_"]).map_err(report)?;
+        let mut t = SelfConfigTable::read(CONFIG_PREFIXES).map_err(report)?;
         for (name, value) in &params.config {
             t.set(name, value).map_err(report)?;
         }

@@ -170,7 +170,7 @@ impl Md for SelfMd {
             tl_name: NAME.into(),
             dev_name: DEVICE.into(),
             dev_type: DeviceType::SelfDev,
-            config_prefixes: &["SELF_"],
+            config_prefixes: super::config::CONFIG_PREFIXES,
         }]
     }
 
