@@ -547,7 +547,7 @@ impl Core {
         {
             return;
         }
-        self.queue(ep, Pending::Ctrl(ctrl));
+        self.queue_refused(ep, Pending::Ctrl(ctrl));
     }
 
     /// One attempt that settles the message: true when it went out or failed (logged, not
@@ -570,20 +570,88 @@ impl Core {
         }
     }
 
-    /// Queues an operation on an endpoint, to be retried from progress; wireup messages go to
-    /// the endpoint's wireup queue.
+    /// Queues an operation on an endpoint, to be retried from progress (or, on a parked
+    /// endpoint, by its lane's wake); wireup messages go to the endpoint's wireup queue.
     pub fn queue(&self, ep: &Rc<Ep>, p: Pending) {
-        let was_empty = ep.pending.borrow().is_empty() && ep.wireup_q.borrow().is_empty();
-        match p {
-            Pending::Ctrl(c @ crate::ep::Ctrl::Wireup { .. }) => ep.wireup_q.borrow_mut().push_back(c),
-            p => ep.pending.borrow_mut().push_back(p),
+        let wireup = match p {
+            Pending::Ctrl(c @ crate::ep::Ctrl::Wireup { .. }) => {
+                ep.wireup_q.borrow_mut().push_back(c);
+                true
+            }
+            p => {
+                ep.pending.borrow_mut().push_back(p);
+                false
+            }
+        };
+        if wireup || !ep.parked.get() {
+            self.list(ep);
         }
-        if was_empty {
+    }
+
+    /// [`Self::queue`] for an operation the AM lane just refused: the endpoint parks there.
+    pub fn queue_refused(&self, ep: &Rc<Ep>, p: Pending) {
+        self.queue(ep, p);
+        self.park(ep);
+    }
+
+    /// Puts an endpoint on the list progress retries.
+    fn list(&self, ep: &Ep) {
+        if !ep.listed.replace(true) {
             self.pending_eps.borrow_mut().push(ep.id.get());
         }
     }
 
-    /// Retries queued operations in order, per endpoint, until one does not fit.
+    /// Parks a connected endpoint whose queue waits for its AM lane: the lane's pending queue
+    /// holds the endpoint's wake until the transport has resources, so neither progress nor
+    /// new sends retry the queue meanwhile (UCX's transports tell "still full" from a cached
+    /// tail the same way). False when the lane has resources now or keeps no pending queue;
+    /// then progress keeps retrying.
+    pub fn park(&self, ep: &Rc<Ep>) -> bool {
+        if ep.parked.get() {
+            return true;
+        }
+        if ep.status.get() != EpStatus::Connected || ep.pending.borrow().is_empty() {
+            return false;
+        }
+        let wake =
+            ep.wake.get_or_init(|| Rc::new(crate::ep::LaneWake { core: self.weak.clone(), ep: Rc::downgrade(ep) }));
+        let parked = ep.am().pending_add(wake.clone()).is_ok();
+        if parked {
+            ep.parked.set(true);
+            self.count(|c| &mut c.parked);
+        }
+        parked
+    }
+
+    /// The AM lane of a parked endpoint has resources again: replays its queue. True when
+    /// the endpoint stays parked (something is left: its wake stays in the lane's queue and is
+    /// called again when the transport sees resources; UCX's pending callbacks retry the same
+    /// way). The endpoint stays marked parked while replaying, so a send issued from a
+    /// completion callback queues behind the replayed ones instead of replaying recursively.
+    pub fn unpark(&self, ep: &Rc<Ep>) -> bool {
+        if !ep.parked.get() {
+            return false;
+        }
+        if ep.status.get() == EpStatus::Connected {
+            self.replay(ep);
+        }
+        // Unparked meanwhile (the endpoint failed or closed) or drained: the wake is done.
+        if !ep.parked.get() || ep.pending.borrow().is_empty() {
+            ep.parked.set(false);
+            return false;
+        }
+        true
+    }
+
+    /// Removes a failed or closed endpoint's wake from its AM lane.
+    pub fn unpark_dropped(&self, ep: &Ep) {
+        if ep.parked.replace(false) {
+            ep.am().pending_purge(&mut drop);
+        }
+    }
+
+    /// Retries queued operations in order, per endpoint, until one does not fit; an endpoint
+    /// whose queue then waits for its AM lane parks there and leaves the list.
     fn progress_pending(&self) -> usize {
         let mut n = 0;
         let mut i = 0;
@@ -593,10 +661,13 @@ impl Core {
             let keep = match self.ep(id) {
                 Some(ep) => {
                     n += self.replay_wireup(&ep);
-                    if ep.status.get() == EpStatus::Connected {
+                    if ep.status.get() == EpStatus::Connected && !ep.parked.get() {
                         n += self.replay(&ep);
+                        self.park(&ep);
                     }
-                    !ep.pending.borrow().is_empty() || !ep.wireup_q.borrow().is_empty()
+                    let keep = !ep.wireup_q.borrow().is_empty() || !(ep.parked.get() || ep.pending.borrow().is_empty());
+                    ep.listed.set(keep);
+                    keep
                 }
                 None => false,
             };
@@ -611,11 +682,12 @@ impl Core {
 
     /// Whether a new operation may go out on `ep` now: a connected endpoint with queued
     /// operations replays them first, so the new one need not queue behind operations that
-    /// fit by now.
+    /// fit by now; a parked one waits for its wake.
     #[inline]
     pub fn ready_after_replay(&self, ep: &Rc<Ep>) -> bool {
-        if !ep.ready() && ep.status.get() == EpStatus::Connected {
+        if !ep.ready() && !ep.parked.get() && ep.status.get() == EpStatus::Connected {
             self.replay(ep);
+            self.park(ep);
         }
         ep.ready()
     }
@@ -736,6 +808,7 @@ impl Core {
     /// flight - the transport completes that one -, and partly arrived multi-fragment
     /// messages). Partly arrived unexpected messages from the peer are dropped.
     pub fn fail_ep_requests(&self, ep: &Ep, status: Status) {
+        self.unpark_dropped(ep);
         let queued: VecDeque<Pending> = std::mem::take(&mut *ep.pending.borrow_mut());
         drop(queued);
         let id = ep.id.get();

@@ -198,6 +198,31 @@ pub(crate) struct Ep {
     pub pending: RefCell<VecDeque<Pending>>,
     /// Wireup messages waiting for send resources on the wireup lane.
     pub wireup_q: RefCell<VecDeque<Ctrl>>,
+    /// In the worker's list of endpoints whose queues progress retries.
+    pub listed: Cell<bool>,
+    /// `pending` waits for the AM lane: a [`LaneWake`] sits in that lane's pending queue and
+    /// replays it when the transport has resources again; until then nothing retries it.
+    pub parked: Cell<bool>,
+    /// The endpoint's [`LaneWake`], made the first time it parks.
+    pub wake: std::cell::OnceCell<uct::PendingHandle>,
+}
+
+/// What an endpoint parks in its AM lane's pending queue (`uct_pending_req_t` of UCX's
+/// endpoint-level pending): the transport calls it when the lane may send again, and it
+/// replays the endpoint's queue.
+pub(crate) struct LaneWake {
+    pub core: std::rc::Weak<crate::core::Core>,
+    pub ep: std::rc::Weak<Ep>,
+}
+
+impl uct::PendingReq for LaneWake {
+    fn progress(&self) -> uct::PendingOutcome {
+        match (self.core.upgrade(), self.ep.upgrade()) {
+            // Still blocked: stay queued, but let the transport serve other endpoints first.
+            (Some(core), Some(ep)) if core.unpark(&ep) => uct::PendingOutcome::KeepContinue,
+            _ => uct::PendingOutcome::Done,
+        }
+    }
 }
 
 impl Ep {
@@ -410,6 +435,9 @@ impl Core {
             },
             pending: RefCell::new(VecDeque::new()),
             wireup_q: RefCell::new(VecDeque::new()),
+            listed: Cell::new(false),
+            parked: Cell::new(false),
+            wake: std::cell::OnceCell::new(),
         });
         if let Some(slot) = self.eps.borrow_mut().get_mut(id) {
             *slot = Some(ep.clone());
@@ -707,6 +735,7 @@ impl Core {
             c.expected.retain(|_, v| *v != id);
             c.unexpected.retain(|_, v| *v != id);
         }
+        self.unpark_dropped(ep);
         self.pending_eps.borrow_mut().retain(|e| *e != id);
         let gone = self.eps.borrow_mut().remove(id);
         drop(gone);

@@ -54,4 +54,7 @@ pub struct ProtoCounts {
     pub rndv_am: u64,
     /// Messages that arrived before their receive was posted (receiver).
     pub unexpected: u64,
+    /// Times an endpoint's queue parked on its AM lane until the transport had send resources
+    /// again (sender; e.g. the peer's FIFO was full).
+    pub parked: u64,
 }

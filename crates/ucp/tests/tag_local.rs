@@ -188,6 +188,90 @@ fn truncation_eager_and_rndv() {
     }
 }
 
+/// Progresses both workers until `done`, failing after 20 s.
+fn progress_until(a: &Worker, b: &Worker, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        a.progress();
+        b.progress();
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+    }
+}
+
+/// Sends that meet the peer's full FIFO park the endpoint on its AM lane: progress on the
+/// sender alone leaves them queued; once the receiver drains the FIFO they go out in order and
+/// intact (short, bcopy and rendezvous mixed). A force close cancels what is still parked, and
+/// the endpoint's wake goes with it.
+#[test]
+fn a_full_fifo_parks_sends_and_replays_them_in_order() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = ctx("posix,cma", &[("RNDV_THRESH", "16384")]);
+    let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
+    let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
+    let ep = a.ep_create(b.address()).unwrap();
+    // Wired up first: sends before that queue behind the wireup, not behind the FIFO.
+    round_trip(&ep, &a, &b, b"wireup", 8, false).unwrap();
+    const N: usize = 600;
+    let size = |i: usize| [8usize, 1000, 20000, 0][i % 4];
+    let data: Vec<Vec<u8>> = (0..N).map(|i| pattern(size(i), i as u8)).collect();
+    let mut sends = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        // SAFETY: `data` outlives the requests (all complete below).
+        if let Some(r) = unsafe { ep.tag_send_nbx(SendData::Contig(d), i as u64, RequestParam::new()) }.unwrap() {
+            sends.push(r);
+        }
+    }
+    assert!(a.proto_counts().parked > 0, "{N} sends never met a full FIFO: {:?}", a.proto_counts());
+    for _ in 0..10_000 {
+        a.progress();
+    }
+    assert!(sends.iter().any(|r| !r.is_completed()), "queued sends went out without the receiver");
+    let mut buf = vec![0u8; 20000 + 64];
+    for (i, d) in data.iter().enumerate() {
+        // Any tag: the order of arrival is the sender's order.
+        // SAFETY: `buf` outlives the request (waited for below).
+        let r = unsafe { b.tag_recv_nbx(RecvData::Contig(&mut buf), 0, 0, RequestParam::new()) }.unwrap();
+        let info = match r {
+            RecvResult::Done(info) => info,
+            RecvResult::Pending(r) => {
+                progress_until(&a, &b, "a receive", || r.is_completed());
+                assert_eq!(r.status(), Status::Ok, "message {i}");
+                r.recv_info().unwrap()
+            }
+        };
+        assert_eq!(info.sender_tag, i as u64, "message {i} overtaken");
+        assert!(buf[..info.length] == d[..], "message {i} ({} B) arrived corrupted", d.len());
+    }
+    progress_until(&a, &b, "the sends", || sends.iter().all(|r| r.is_completed()));
+    assert!(sends.iter().all(|r| r.status() == Status::Ok));
+    drop(sends);
+
+    // Park again, then force close: what is queued completes with Canceled.
+    let before = a.proto_counts().parked;
+    let small = pattern(8, 3);
+    let canceled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut queued = 0;
+    for i in 0..N {
+        let c = canceled.clone();
+        let param = RequestParam::new().callback(move |st, _| {
+            assert_eq!(st, Status::Canceled, "a parked send completed with {st}");
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        // SAFETY: `small` outlives the requests (completed by the close below).
+        if unsafe { ep.tag_send_nbx(SendData::Contig(&small), i as u64, param) }.unwrap().is_some() {
+            queued += 1;
+        }
+    }
+    assert!(a.proto_counts().parked > before && queued > 0);
+    ep.close(CloseMode::Force).unwrap();
+    assert_eq!(canceled.load(std::sync::atomic::Ordering::Relaxed), queued, "parked sends not canceled");
+    for _ in 0..1000 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(a.stats().1, 0, "requests left behind");
+}
+
 #[test]
 fn futures_and_drop_cancels() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
