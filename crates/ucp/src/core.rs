@@ -547,7 +547,7 @@ impl Core {
         {
             return;
         }
-        self.queue_refused(ep, Pending::Ctrl(ctrl));
+        self.queue(ep, Pending::Ctrl(ctrl));
     }
 
     /// One attempt that settles the message: true when it went out or failed (logged, not
@@ -583,15 +583,10 @@ impl Core {
                 false
             }
         };
-        if wireup || !ep.parked.get() {
+        // Data waits for the AM lane's wake if the endpoint can park there, else for progress.
+        if wireup || !self.park(ep) {
             self.list(ep);
         }
-    }
-
-    /// [`Self::queue`] for an operation the AM lane just refused: the endpoint parks there.
-    pub fn queue_refused(&self, ep: &Rc<Ep>, p: Pending) {
-        self.queue(ep, p);
-        self.park(ep);
     }
 
     /// Puts an endpoint on the list progress retries.
@@ -663,7 +658,6 @@ impl Core {
                     n += self.replay_wireup(&ep);
                     if ep.status.get() == EpStatus::Connected && !ep.parked.get() {
                         n += self.replay(&ep);
-                        self.park(&ep);
                     }
                     let keep = !ep.wireup_q.borrow().is_empty() || !(ep.parked.get() || ep.pending.borrow().is_empty());
                     ep.listed.set(keep);
@@ -687,7 +681,6 @@ impl Core {
     pub fn ready_after_replay(&self, ep: &Rc<Ep>) -> bool {
         if !ep.ready() && !ep.parked.get() && ep.status.get() == EpStatus::Connected {
             self.replay(ep);
-            self.park(ep);
         }
         ep.ready()
     }
@@ -710,7 +703,8 @@ impl Core {
         n
     }
 
-    /// Sends what an endpoint has queued, in order; stops at the first "no resources".
+    /// Sends what an endpoint has queued, in order; stops at the first "no resources", and
+    /// then parks the endpoint (see [`Self::park`]).
     pub fn replay(&self, ep: &Rc<Ep>) -> usize {
         let mut n = 0;
         loop {
@@ -722,6 +716,7 @@ impl Core {
             };
             if !done {
                 ep.pending.borrow_mut().push_front(p);
+                self.park(ep);
                 break;
             }
             n += 1;

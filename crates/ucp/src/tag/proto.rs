@@ -109,12 +109,8 @@ impl Core {
         let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn);
         st.info = RecvInfo { length: len, sender_tag: tag };
         let rid = self.reqs.borrow_mut().insert(st);
-        if !try_now {
-            self.queue_refused(&ep, Pending::Send(rid));
-        } else if !ep.ready() {
+        if !(try_now && ep.ready() && self.send_progress(&ep, rid)) {
             self.queue(&ep, Pending::Send(rid));
-        } else if !self.send_progress(&ep, rid) {
-            self.queue_refused(&ep, Pending::Send(rid));
         }
         Ok(rid)
     }
@@ -728,7 +724,7 @@ impl Core {
         } else {
             self.put_send_phase(rid, SendPhase::RndvFrags { rreq, offset: 0 });
             if !(ep.ready() && self.send_progress(&ep, rid)) {
-                self.queue_refused(&ep, Pending::Send(rid));
+                self.queue(&ep, Pending::Send(rid));
             }
         }
     }
@@ -1165,7 +1161,7 @@ impl Core {
                 zc_mut(&mut rr.zc).rts = Some(rts);
             }
             if !(ep.ready() && self.rndv_get_start(&ep, rid)) {
-                self.queue_refused(&ep, Pending::Get(rid));
+                self.queue(&ep, Pending::Get(rid));
             }
             return;
         }
