@@ -6,7 +6,7 @@
 //! callback. State is split into several cells so each operation borrows only what it needs,
 //! briefly.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
@@ -18,7 +18,7 @@ use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
-use crate::request::{Callback, RecvInfo, ReqKind, ReqState};
+use crate::request::{Callback, RecvInfo, ReqKind, ReqState, ZcPool, ZcState, ZC_POOL_CHUNK};
 use crate::tag::{Tag, TagMatcher, UnexpHandle};
 use crate::wire::{self, Reader};
 
@@ -37,6 +37,35 @@ pub struct WorkerIface {
 /// Idle interfaces are polled once per this many progress calls.
 const IDLE_POLL_EVERY: u32 = 32;
 
+/// Free completions the worker keeps for reuse at most.
+const ZC_COMPS_KEPT: usize = 256;
+
+/// What a worker's reusable zero-copy completion reports when it fires.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ZcDone {
+    /// Nothing (a free completion).
+    Idle,
+    /// Every eager zero-copy fragment of send `rid` completed.
+    EagerSent { rid: Id },
+    /// The rendezvous get of receive `rid` completed; the ATS goes to `sreq` over `ep`.
+    Get { ep: Id, rid: Id, sreq: u64 },
+    /// The rendezvous put of send `sreq` completed; the ATP goes to `rreq` over `ep`.
+    Put { ep: Id, sreq: Id, rreq: u64 },
+}
+
+/// The part of a reusable completion its callback reads.
+struct ZcSlot {
+    what: Cell<ZcDone>,
+    /// The completion itself, to give it back to the worker once it fired.
+    comp: OnceCell<Weak<uct::Completion>>,
+}
+
+/// A free reusable completion.
+pub(crate) struct ZcComp {
+    comp: Rc<uct::Completion>,
+    slot: Rc<ZcSlot>,
+}
+
 /// A rendezvous request to send, as received.
 #[derive(Debug)]
 pub(crate) struct Rts {
@@ -44,7 +73,7 @@ pub(crate) struct Rts {
     pub sreq: u64,
     pub size: usize,
     pub addr: u64,
-    pub rkey: Vec<u8>,
+    pub rkey: uct::PackedKey,
     /// The sender's buffer is contiguous.
     pub contig: bool,
 }
@@ -127,6 +156,11 @@ pub(crate) struct Core {
     pub keepalive_eps: usize,
     pub keepalive_due: Cell<u64>,
     pub keepalive_cursor: Cell<usize>,
+    /// Zero-copy state of requests.
+    pub zc_pool: ZcPool,
+    /// Completions of zero-copy operations that fired and nobody holds: reused by the next
+    /// ones (see [`Core::zc_completion`]).
+    zc_comps: RefCell<Vec<ZcComp>>,
 }
 
 /// A worker id unique across processes on this machine and, with high probability, beyond.
@@ -280,6 +314,7 @@ impl Core {
     pub fn new(ctx: &Context, name: &str) -> UcsResult<Rc<Core>> {
         let mut result = Ok(());
         let keepalive_ns = ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64;
+        let zc_pool = ucs::mpool::ObjPool::<ZcState>::new(ZC_POOL_CHUNK, usize::MAX)?;
         let core = Rc::new_cyclic(|weak: &Weak<Core>| {
             let uct = uct::Worker::default();
             let mut ifaces = Vec::new();
@@ -370,6 +405,8 @@ impl Core {
                 keepalive_eps: ctx.config().keepalive_num_eps,
                 keepalive_due: Cell::new(ucs::time::now().saturating_add(keepalive_ns)),
                 keepalive_cursor: Cell::new(0),
+                zc_pool,
+                zc_comps: RefCell::new(Vec::new()),
                 address,
             }
         });
@@ -468,6 +505,42 @@ impl Core {
         if let Some(d) = done {
             d.run();
         }
+    }
+
+    /// A completion expecting `count` operations that reports `what` when they are done: a
+    /// free one of the worker's, or a new one. A completion goes back to the free list when it
+    /// fired, and is reused only once nobody else holds it (the transport that completed it,
+    /// or the finished request that kept it), so a late completion can never hit a new
+    /// operation.
+    pub fn zc_completion(&self, count: i32, what: ZcDone) -> Rc<uct::Completion> {
+        let free = {
+            let mut comps = self.zc_comps.borrow_mut();
+            comps.pop().filter(|z| Rc::strong_count(&z.comp) == 1)
+        };
+        let z = free.unwrap_or_else(|| self.new_zc_comp());
+        z.comp.set_count(count);
+        z.slot.what.set(what);
+        z.comp
+    }
+
+    #[cold]
+    fn new_zc_comp(&self) -> ZcComp {
+        let slot = Rc::new(ZcSlot { what: Cell::new(ZcDone::Idle), comp: OnceCell::new() });
+        let (weak, s) = (self.weak.clone(), slot.clone());
+        let comp = uct::Completion::new(1, move |st| {
+            let what = s.what.replace(ZcDone::Idle);
+            let Some(core) = weak.upgrade() else { return };
+            core.zc_fired(what, st);
+            if let Some(c) = s.comp.get().and_then(Weak::upgrade) {
+                let mut comps = core.zc_comps.borrow_mut();
+                if comps.len() < ZC_COMPS_KEPT {
+                    comps.push(ZcComp { comp: c, slot: s.clone() });
+                }
+            }
+        });
+        // The slot is new: the cell is empty.
+        let _ = slot.comp.set(Rc::downgrade(&comp));
+        ZcComp { comp, slot }
     }
 
     /// Status and receive info of a request.
@@ -883,5 +956,42 @@ impl Core {
     pub fn keepalive_now(&self) {
         self.keepalive_due.set(0);
         self.idle_polls.set(IDLE_POLL_EVERY - 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ContextParams, Features};
+
+    fn core() -> Rc<Core> {
+        uct_shm::register();
+        let ctx = Context::new(&ContextParams::new(Features::TAG).with_config("TLS", "self")).unwrap();
+        Core::new(&ctx, "zc").unwrap()
+    }
+
+    #[test]
+    fn a_completion_is_reused_only_once_nobody_holds_it() {
+        let core = core();
+        let a = core.zc_completion(1, ZcDone::Idle);
+        // Fired while a transport (here: `a`) still holds it: back on the free list, but not
+        // handed out again while held.
+        a.complete(Status::Ok);
+        let b = core.zc_completion(2, ZcDone::Idle);
+        assert!(!Rc::ptr_eq(&a, &b));
+        assert_eq!(b.count(), 2);
+        // Fired and let go of: the next operation gets it, re-armed.
+        b.complete(Status::Ok);
+        b.complete(Status::IoError);
+        let b_ptr = Rc::as_ptr(&b);
+        drop(b);
+        let c = core.zc_completion(1, ZcDone::Idle);
+        assert_eq!(Rc::as_ptr(&c), b_ptr);
+        assert_eq!((c.count(), c.status()), (1, Status::Ok));
+        // One that never fired (the operation was refused) is simply freed.
+        drop(c);
+        let d = core.zc_completion(1, ZcDone::Idle);
+        assert_eq!(d.count(), 1);
+        drop(a);
     }
 }

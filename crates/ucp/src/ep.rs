@@ -63,7 +63,7 @@ pub(crate) enum Ctrl {
         rreq: u64,
         addr: u64,
         len: u64,
-        rkey: Vec<u8>,
+        rkey: uct::PackedKey,
     },
     Atp {
         rreq: u64,

@@ -15,6 +15,7 @@ use std::task::Waker;
 
 use bitflags::bitflags;
 use ucs::idtable::Id;
+use ucs::mpool::{ObjPool, PoolBox};
 use ucs::Status;
 
 use crate::tag::{RecvHandle, Tag};
@@ -227,8 +228,8 @@ pub(crate) struct SendReq {
     pub buf: Buf,
     pub sync: bool,
     pub phase: SendPhase,
-    /// Zero-copy state (boxed: most sends never need it).
-    pub zc: Option<Box<ZcState>>,
+    /// Zero-copy state (out of line, from the worker's pool: most sends never need it).
+    pub zc: Option<PoolBox<ZcState>>,
     /// The memory-handle hint of the operation.
     pub hint: Option<Id>,
 }
@@ -246,9 +247,20 @@ pub(crate) struct ZcState {
     pub comp: Option<std::rc::Rc<uct::Completion>>,
 }
 
-/// The zero-copy state of a request, created on first use.
-pub(crate) fn zc_mut(zc: &mut Option<Box<ZcState>>) -> &mut ZcState {
-    zc.get_or_insert_with(Default::default)
+/// The worker's pool of [`ZcState`]s: a request's zero-copy state comes from it and returns
+/// to it when the request drops it, so zero-copy and rendezvous operations allocate nothing
+/// once the pool has grown.
+pub(crate) type ZcPool = std::rc::Rc<ObjPool<ZcState>>;
+
+/// Slots the [`ZcPool`] adds at a time.
+pub(crate) const ZC_POOL_CHUNK: usize = 64;
+
+/// The zero-copy state of a request, taken from `pool` on first use.
+pub(crate) fn zc_mut<'a>(pool: &ZcPool, zc: &'a mut Option<PoolBox<ZcState>>) -> &'a mut ZcState {
+    zc.get_or_insert_with(|| {
+        pool.get(ZcState::default())
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(std::alloc::Layout::new::<ZcState>()))
+    })
 }
 
 /// A receive in flight.
@@ -261,8 +273,8 @@ pub(crate) struct RecvReq {
     pub received: usize,
     /// Length of the matched message.
     pub total: usize,
-    /// Zero-copy rendezvous state.
-    pub zc: Option<Box<ZcState>>,
+    /// Zero-copy rendezvous state (from the worker's pool).
+    pub zc: Option<PoolBox<ZcState>>,
     /// The sender's sync request to acknowledge when complete.
     pub sync: Option<(u64, u64)>,
     /// Set when the message was longer than the buffer; the data is dropped.

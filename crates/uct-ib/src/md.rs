@@ -13,8 +13,8 @@ use ucs::config::{Config, Ternary};
 use ucs::rcache::{Rcache, RcacheConfig, RcacheHandle, RcacheParams, RegBackend, RegRequest, UnmapEvents};
 use ucs::{Status, UcsResult};
 use uct::{
-    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, RemoteKey,
-    TlResource, Worker,
+    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, PackedKey,
+    RemoteKey, TlResource, Worker,
 };
 
 use rdma_core_sys as sys;
@@ -308,13 +308,13 @@ impl Md for IbMd {
         }
     }
 
-    fn mkey_pack(&self, memh: &MemH) -> UcsResult<Vec<u8>> {
+    fn mkey_pack(&self, memh: &MemH) -> UcsResult<PackedKey> {
         let r = memh.downcast_ref::<IbRegion>().ok_or(Status::InvalidParam)?;
-        let mut out = Vec::with_capacity(RKEY_LEN);
-        out.extend_from_slice(&RKEY_MAGIC);
-        out.extend_from_slice(&r.rkey().to_le_bytes());
-        out.extend_from_slice(&(r.addr as u64).to_le_bytes());
-        out.extend_from_slice(&(r.len as u64).to_le_bytes());
+        let mut out = PackedKey::new();
+        out.push(&RKEY_MAGIC)?;
+        out.push(&r.rkey().to_le_bytes())?;
+        out.push(&(r.addr as u64).to_le_bytes())?;
+        out.push(&(r.len as u64).to_le_bytes())?;
         Ok(out)
     }
 }

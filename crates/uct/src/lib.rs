@@ -65,7 +65,7 @@ pub use md::{
     component, components, find_resource, iface_open_by_name, query_resources, register_component,
     unavailable_components, Component, Md, ResourceDesc,
 };
-pub use mem::{iov_total_len, Iov, MemH, MemRegion, RemoteKey};
+pub use mem::{iov_total_len, Iov, MemH, MemRegion, PackedKey, RemoteKey};
 pub use pending::{PendingHandle, PendingOutcome, PendingQueue, PendingReq, Resources};
 pub use tag::{RndvOp, Tag, TagCompletedFn, TagHandlers, TagRecvContext, TagRndvFn, TagUnexpEager, TagUnexpRndv};
 pub use ucs::{OpResult, Outcome, Status, UcsResult};

@@ -13,7 +13,7 @@ use ucs::{Status, UcsResult};
 
 use crate::attr::{MdAttr, MemAccess, TlResource};
 use crate::iface::{Iface, IfaceParams};
-use crate::mem::{MemH, RemoteKey};
+use crate::mem::{MemH, PackedKey, RemoteKey};
 use crate::worker::Worker;
 
 /// A family of memory domains and transports (`uct_component_t`). Components are stateless
@@ -75,7 +75,7 @@ pub trait Md {
     }
 
     /// Packs a remote key for `memh`, to be sent to peers out of band.
-    fn mkey_pack(&self, memh: &MemH) -> UcsResult<Vec<u8>> {
+    fn mkey_pack(&self, memh: &MemH) -> UcsResult<PackedKey> {
         let _ = memh;
         Err(Status::Unsupported)
     }

@@ -19,27 +19,66 @@ pub trait MemRegion: Any {
 /// A memory handle (`uct_mem_h`). The registration lives until the last clone is dropped
 /// (in-flight zero-copy operations hold a clone), then it is deregistered or freed.
 #[derive(Clone)]
-pub struct MemH(Rc<dyn MemRegion>);
+pub struct MemH(Handle);
+
+#[derive(Clone)]
+enum Handle {
+    /// A transport's region, with state of its own.
+    Region(Rc<dyn MemRegion>),
+    /// Only an address range, for memory domains whose registration is nothing more (nothing
+    /// is allocated or pinned): `owner` names the domain that made it.
+    Bounds { owner: &'static str, addr: *mut u8, len: usize },
+}
 
 impl MemH {
     /// Wraps a transport's region.
     pub fn new(region: impl MemRegion) -> Self {
-        MemH(Rc::new(region))
+        MemH(Handle::Region(Rc::new(region)))
+    }
+
+    /// A handle that is only the range `[addr, addr + len)`, made by the memory domain named
+    /// `owner` (pass a `'static` name; [`bounds_of`](Self::bounds_of) compares it). Creating
+    /// and cloning it allocates nothing: for domains that need no registration state, such as
+    /// cross-memory attach.
+    pub fn bounds(owner: &'static str, addr: *mut u8, len: usize) -> Self {
+        MemH(Handle::Bounds { owner, addr, len })
     }
 
     /// Start of the region.
+    #[inline]
     pub fn address(&self) -> *mut u8 {
-        self.0.address()
+        match &self.0 {
+            Handle::Region(r) => r.address(),
+            Handle::Bounds { addr, .. } => *addr,
+        }
     }
 
     /// Length of the region.
+    #[inline]
     pub fn length(&self) -> usize {
-        self.0.length()
+        match &self.0 {
+            Handle::Region(r) => r.length(),
+            Handle::Bounds { len, .. } => *len,
+        }
     }
 
-    /// The region as the transport's type, if it is one.
+    /// The region as the transport's type, if it is one (never for a [`bounds`](Self::bounds)
+    /// handle).
     pub fn downcast_ref<T: MemRegion>(&self) -> Option<&T> {
-        self.0.as_any().downcast_ref::<T>()
+        match &self.0 {
+            Handle::Region(r) => r.as_any().downcast_ref::<T>(),
+            Handle::Bounds { .. } => None,
+        }
+    }
+
+    /// Start and length of a [`bounds`](Self::bounds) handle made by `owner`; `None` for any
+    /// other handle.
+    #[inline]
+    pub fn bounds_of(&self, owner: &'static str) -> Option<(*mut u8, usize)> {
+        match &self.0 {
+            Handle::Bounds { owner: o, addr, len } if std::ptr::eq(*o, owner) || *o == owner => Some((*addr, *len)),
+            _ => None,
+        }
     }
 
     /// True when `[addr, addr + len)` lies within the region.
@@ -53,6 +92,77 @@ impl MemH {
 impl fmt::Debug for MemH {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemH").field("address", &self.address()).field("length", &self.length()).finish()
+    }
+}
+
+/// A packed remote key, as [`Md::mkey_pack`](crate::Md::mkey_pack) makes it and peers
+/// unpack it: at most [`PackedKey::MAX`] bytes, kept inline so that packing a key and carrying
+/// it in a protocol's state allocates nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PackedKey {
+    len: u8,
+    bytes: [u8; PackedKey::MAX],
+}
+
+impl PackedKey {
+    /// The longest key any memory domain may pack.
+    pub const MAX: usize = 64;
+
+    /// An empty key.
+    pub const fn new() -> Self {
+        PackedKey { len: 0, bytes: [0; PackedKey::MAX] }
+    }
+
+    /// A copy of `bytes`; `InvalidParam` when they are longer than [`PackedKey::MAX`] (e.g.
+    /// a corrupt length from a peer).
+    pub fn from_slice(bytes: &[u8]) -> UcsResult<Self> {
+        let mut k = PackedKey::new();
+        k.push(bytes)?;
+        Ok(k)
+    }
+
+    /// Appends `bytes`; `InvalidParam` (and the key unchanged) when the result would be longer
+    /// than [`PackedKey::MAX`].
+    #[inline]
+    pub fn push(&mut self, bytes: &[u8]) -> UcsResult<()> {
+        let at = self.len as usize;
+        let end = at.checked_add(bytes.len()).filter(|&e| e <= PackedKey::MAX).ok_or_else(|| {
+            tracing::debug!(len = at + bytes.len(), max = PackedKey::MAX, "packed remote key too long");
+            Status::InvalidParam
+        })?;
+        self.bytes[at..end].copy_from_slice(bytes);
+        self.len = end as u8;
+        Ok(())
+    }
+
+    /// The packed bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl Default for PackedKey {
+    fn default() -> Self {
+        PackedKey::new()
+    }
+}
+
+impl std::ops::Deref for PackedKey {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for PackedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PackedKey(")?;
+        for b in self.as_slice() {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
     }
 }
 
@@ -188,4 +298,57 @@ impl<'a> Iov<'a> {
 /// Total bytes of an iov list.
 pub fn iov_total_len(iov: &[Iov<'_>]) -> usize {
     iov.iter().map(Iov::total_len).fold(0usize, usize::saturating_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_key_holds_up_to_max_bytes() {
+        let mut k = PackedKey::new();
+        assert!(k.is_empty());
+        k.push(&[1, 2, 3]).unwrap();
+        k.push(&[4; PackedKey::MAX - 3]).unwrap();
+        assert_eq!(k.len(), PackedKey::MAX);
+        assert_eq!(&k[..4], &[1, 2, 3, 4]);
+        // One byte more is refused and leaves the key as it was.
+        assert_eq!(k.push(&[9]), Err(Status::InvalidParam));
+        assert_eq!(k.len(), PackedKey::MAX);
+        assert_eq!(PackedKey::from_slice(&[0; PackedKey::MAX + 1]), Err(Status::InvalidParam));
+        let copy = PackedKey::from_slice(&k).unwrap();
+        assert_eq!(copy, k);
+        assert_eq!(format!("{:?}", PackedKey::from_slice(&[0xab, 1]).unwrap()), "PackedKey(ab01)");
+    }
+
+    struct Region(Box<[u8]>);
+
+    impl MemRegion for Region {
+        fn address(&self) -> *mut u8 {
+            self.0.as_ptr().cast_mut()
+        }
+        fn length(&self) -> usize {
+            self.0.len()
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn bounds_handles_name_their_domain() {
+        static OWNER: &str = "owner";
+        let mut buf = [0u8; 64];
+        let h = MemH::bounds(OWNER, buf.as_mut_ptr(), 64);
+        assert_eq!((h.address(), h.length()), (buf.as_mut_ptr(), 64));
+        assert_eq!(h.clone().bounds_of(OWNER), Some((buf.as_mut_ptr(), 64)));
+        // Another domain's name, or a region handle, is not a bounds handle of `owner`.
+        assert_eq!(h.bounds_of("other"), None);
+        assert!(h.downcast_ref::<Region>().is_none());
+        assert!(h.contains(buf[8..].as_ptr(), 56));
+        assert!(!h.contains(buf[8..].as_ptr(), 57));
+        let r = MemH::new(Region(vec![0; 16].into_boxed_slice()));
+        assert_eq!(r.bounds_of(OWNER), None);
+        assert_eq!(r.downcast_ref::<Region>().map(|x| x.0.len()), Some(16));
+    }
 }

@@ -257,7 +257,7 @@ impl Ctx {
         }
         let rkey_bytes = match &recv.memh {
             Some(m) => md.mkey_pack(m).unwrap_or_default(),
-            None => Vec::new(),
+            None => uct::PackedKey::new(),
         };
         push_blob(&mut mine, &rkey_bytes);
         push_blob(&mut mine, &(recv.ptr as u64).to_le_bytes());

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use ucs::idtable::Id;
 use ucs::{Outcome, Status, UcsResult};
 
-use crate::core::{Core, FragTarget, Rts, Unexp};
+use crate::core::{Core, FragTarget, Rts, Unexp, ZcDone};
 use crate::ep::{Ctrl, Ep, Pending};
 use crate::request::{
     zc_mut, Buf, RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq,
@@ -210,15 +210,10 @@ impl Core {
                         return true;
                     }
                 };
-                let weak = self.weak.clone();
                 // One count for "still posting"; one more per fragment in flight.
-                let c = uct::Completion::new(1, move |st| {
-                    if let Some(core) = weak.upgrade() {
-                        core.zcopy_sent(rid, st);
-                    }
-                });
+                let c = self.zc_completion(1, ZcDone::EagerSent { rid });
                 if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-                    let z = zc_mut(&mut s.zc);
+                    let z = zc_mut(&self.zc_pool, &mut s.zc);
                     z.memh = Some(memh.clone());
                     z.comp = Some(c.clone());
                 }
@@ -284,6 +279,16 @@ impl Core {
         set_phase(len);
         comp.complete(Status::Ok);
         true
+    }
+
+    /// A reusable zero-copy completion fired.
+    pub(crate) fn zc_fired(&self, what: ZcDone, status: Status) {
+        match what {
+            ZcDone::Idle => {}
+            ZcDone::EagerSent { rid } => self.zcopy_sent(rid, status),
+            ZcDone::Get { ep, rid, sreq } => self.rndv_get_done(ep, rid, sreq, status),
+            ZcDone::Put { ep, sreq, rreq } => self.rndv_put_done(ep, sreq, rreq, status),
+        }
     }
 
     /// The transport completed every eager zero-copy fragment of send `rid`.
@@ -548,7 +553,7 @@ impl Core {
                 _ => return true,
             }
         };
-        let mut rkey = Vec::new();
+        let mut rkey = uct::PackedKey::new();
         let mut flags = 0u8;
         if let Some(seg) = seg {
             flags |= wire::RTS_FLAG_CONTIG;
@@ -570,7 +575,7 @@ impl Core {
                     let mut reqs = self.reqs.borrow_mut();
                     if let Some(ReqState { kind: ReqKind::Send(s), .. }) = reqs.get_mut(rid) {
                         if memh.is_some() {
-                            zc_mut(&mut s.zc).memh = memh;
+                            zc_mut(&self.zc_pool, &mut s.zc).memh = memh;
                         }
                         if want_get {
                             if let Some(m) = s.zc.as_ref().and_then(|z| z.memh.as_ref()) {
@@ -697,13 +702,7 @@ impl Core {
                     return;
                 }
             };
-            let weak = self.weak.clone();
-            let ep_id = ep.id.get();
-            let comp = uct::Completion::new(1, move |st| {
-                if let Some(core) = weak.upgrade() {
-                    core.rndv_put_done(ep_id, rid, rreq, st);
-                }
-            });
+            let comp = self.zc_completion(1, ZcDone::Put { ep: ep.id.get(), sreq: rid, rreq });
             self.put_send_phase(rid, SendPhase::Put);
             let iov = [uct::Iov::new(seg.ptr, seg.len, Some(&memh))];
             // SAFETY: the send buffer stays valid until the request completes (caller of
@@ -711,7 +710,7 @@ impl Core {
             // the request until then.
             let res = unsafe { ep.uct_eps[lane.uct].ep.put_zcopy(&iov, addr, &rkey, Some(&comp)) };
             if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-                let z = zc_mut(&mut s.zc);
+                let z = zc_mut(&self.zc_pool, &mut s.zc);
                 z.memh = Some(memh);
                 z.rkey = Some(rkey);
             }
@@ -1102,7 +1101,11 @@ impl Core {
             tracing::warn!("rndv rts: size {size} out of range; dropped");
             return;
         };
-        let rts = Rts { ep, sreq, size, addr, rkey: key.to_vec(), contig: flags & wire::RTS_FLAG_CONTIG != 0 };
+        let Ok(rkey) = uct::PackedKey::from_slice(key) else {
+            tracing::warn!("rndv rts: {}-byte remote key, longer than any transport packs; dropped", key.len());
+            return;
+        };
+        let rts = Rts { ep, sreq, size, addr, rkey, contig: flags & wire::RTS_FLAG_CONTIG != 0 };
         let hit = self.tm.borrow_mut().take_expected(tag);
         match hit {
             Some(rid) => {
@@ -1158,14 +1161,14 @@ impl Core {
         if get_ok {
             self.count(|c| &mut c.rndv_get);
             if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-                zc_mut(&mut rr.zc).rts = Some(rts);
+                zc_mut(&self.zc_pool, &mut rr.zc).rts = Some(rts);
             }
             if !(ep.ready() && self.rndv_get_start(&ep, rid)) {
                 self.queue(&ep, Pending::Get(rid));
             }
             return;
         }
-        let mut key = Vec::new();
+        let mut key = uct::PackedKey::new();
         if put_ok {
             if let (Some(l), Some(s)) = (lane, seg) {
                 match self.memh_for(hint, l.iface, s.ptr, s.len) {
@@ -1174,7 +1177,7 @@ impl Core {
                             key = k;
                             if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid)
                             {
-                                zc_mut(&mut rr.zc).memh = Some(m);
+                                zc_mut(&self.zc_pool, &mut rr.zc).memh = Some(m);
                             }
                         }
                     }
@@ -1191,7 +1194,7 @@ impl Core {
         let len = rts.size as u64;
         if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
             // Kept so a failure of the sender's endpoint fails this receive.
-            zc_mut(&mut rr.zc).rts = Some(rts);
+            zc_mut(&self.zc_pool, &mut rr.zc).rts = Some(rts);
         }
         self.send_ctrl(&ep, Ctrl::Rtr { ep: rep, sreq, rreq: rid.raw(), addr, len, rkey: key });
     }
@@ -1202,7 +1205,7 @@ impl Core {
         let (seg, addr, key, sreq, hint) = match self.reqs.borrow().get(rid) {
             Some(ReqState { kind: ReqKind::Recv(rr), status: Status::InProgress, .. }) => {
                 match (rr.zc.as_ref().and_then(|z| z.rts.as_ref()), rr.buf.contig()) {
-                    (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey.clone(), rts.sreq, rr.hint),
+                    (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey, rts.sreq, rr.hint),
                     _ => return true,
                 }
             }
@@ -1226,13 +1229,7 @@ impl Core {
             Ok(m) => m,
             Err(e) => return fail(e),
         };
-        let weak = self.weak.clone();
-        let ep_id = ep.id.get();
-        let comp = uct::Completion::new(1, move |st| {
-            if let Some(core) = weak.upgrade() {
-                core.rndv_get_done(ep_id, rid, sreq, st);
-            }
-        });
+        let comp = self.zc_completion(1, ZcDone::Get { ep: ep.id.get(), rid, sreq });
         let iov = [uct::Iov::new(seg.ptr, size, Some(&memh))];
         // SAFETY: the receive buffer stays valid and untouched until the request completes
         // (caller of tag_recv, or the worker holds it for a future); completion happens only in
@@ -1242,7 +1239,7 @@ impl Core {
             return false;
         }
         if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-            let z = zc_mut(&mut rr.zc);
+            let z = zc_mut(&self.zc_pool, &mut rr.zc);
             z.memh = Some(memh);
             z.rkey = Some(rkey);
         }

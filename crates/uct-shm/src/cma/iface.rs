@@ -37,13 +37,29 @@ enum Dir {
     Get,
 }
 
+/// The local side of an operation: (address, length) pieces.
+enum Local {
+    /// One piece, the common case: stored inline, so a queued operation stays small.
+    One((usize, usize)),
+    /// Several pieces.
+    Many(Box<[(usize, usize)]>),
+}
+
+impl Local {
+    fn pieces(&self) -> &[(usize, usize)] {
+        match self {
+            Local::One(p) => std::slice::from_ref(p),
+            Local::Many(v) => v,
+        }
+    }
+}
+
 /// A queued operation: local iov entries, the remote address, and progress so far.
 struct Op {
     dir: Dir,
     pid: libc::pid_t,
     ep: Weak<EpState>,
-    local: [(usize, usize); IOV_CAP],
-    n_local: usize,
+    local: Local,
     remote: u64,
     total: usize,
     done: usize,
@@ -95,7 +111,7 @@ impl Inner {
         // Local iovecs covering [done, done + want) of the operation.
         let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; IOV_CAP];
         let (mut n, mut skip, mut left) = (0, op.done, want);
-        for &(base, len) in &op.local[..op.n_local] {
+        for &(base, len) in op.local.pieces() {
             if left == 0 {
                 break;
             }
@@ -334,8 +350,7 @@ fn flush_queue(inner: &Rc<Inner>, comp: Option<&Rc<Completion>>) -> OpResult {
         dir: Dir::Put,
         pid: 0,
         ep: Weak::new(),
-        local: [(0, 0); IOV_CAP],
-        n_local: 0,
+        local: Local::One((0, 0)),
         remote: 0,
         total: 0,
         done: 0,
@@ -375,19 +390,19 @@ impl CmaEp {
             tracing::debug!(key_pid = rkey.rkey(), ep_pid = self.state.pid, "cma: remote key of another process");
             return Err(Status::InvalidParam);
         }
-        let mut local = [(0usize, 0usize); IOV_CAP];
-        for (slot, e) in local.iter_mut().zip(iov) {
-            *slot = (e.buffer as usize, e.total_len());
-        }
         if total == 0 {
             return Ok(Outcome::Done(()));
         }
+        let piece = |e: &Iov<'_>| (e.buffer as usize, e.total_len());
+        let local = match iov {
+            [one] => Local::One(piece(one)),
+            _ => Local::Many(iov.iter().map(piece).collect()),
+        };
         self.iface.enqueue(Op {
             dir,
             pid: self.state.pid as libc::pid_t,
             ep: Rc::downgrade(&self.state),
             local,
-            n_local: iov.len(),
             remote: remote_addr,
             total,
             done: 0,

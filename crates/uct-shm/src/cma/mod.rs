@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use ucs::{Status, UcsResult};
 use uct::{
-    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, RemoteKey,
+    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, PackedKey, RemoteKey,
     TlResource, Worker,
 };
 
@@ -81,6 +81,7 @@ impl Component for CmaComponent {
             return Err(Status::Unsupported);
         }
         Ok(Rc::new(CmaMd {
+            pid: std::process::id(),
             attr: MdAttr {
                 flags: MdFlags::REG | MdFlags::NEED_RKEY,
                 max_alloc: 0,
@@ -114,27 +115,11 @@ impl Component for CmaComponent {
     }
 }
 
-/// A registration: only its bounds, for remote keys.
-struct CmaRegion {
-    base: *mut u8,
-    len: usize,
-}
-
-impl MemRegion for CmaRegion {
-    fn address(&self) -> *mut u8 {
-        self.base
-    }
-    fn length(&self) -> usize {
-        self.len
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
 /// The `cma` memory domain.
 pub struct CmaMd {
     attr: MdAttr,
+    /// This process, for the remote keys (read once: `getpid` is a system call).
+    pid: u32,
 }
 
 impl Md for CmaMd {
@@ -170,16 +155,17 @@ impl Md for CmaMd {
         if (addr as usize).checked_add(len).is_none() {
             return Err(Status::InvalidParam);
         }
-        Ok(MemH::new(CmaRegion { base: addr, len }))
+        // A registration is only its bounds (for the remote key): nothing to allocate or pin.
+        Ok(MemH::bounds(NAME, addr, len))
     }
 
-    fn mkey_pack(&self, memh: &MemH) -> UcsResult<Vec<u8>> {
-        let r = memh.downcast_ref::<CmaRegion>().ok_or(Status::InvalidParam)?;
-        let mut out = Vec::with_capacity(RKEY_LEN);
-        out.extend_from_slice(&RKEY_MAGIC.to_le_bytes());
-        out.extend_from_slice(&std::process::id().to_le_bytes());
-        out.extend_from_slice(&(r.base as u64).to_le_bytes());
-        out.extend_from_slice(&(r.len as u64).to_le_bytes());
+    fn mkey_pack(&self, memh: &MemH) -> UcsResult<PackedKey> {
+        let (base, len) = memh.bounds_of(NAME).ok_or(Status::InvalidParam)?;
+        let mut out = PackedKey::new();
+        out.push(&RKEY_MAGIC.to_le_bytes())?;
+        out.push(&self.pid.to_le_bytes())?;
+        out.push(&(base as u64).to_le_bytes())?;
+        out.push(&(len as u64).to_le_bytes())?;
         Ok(out)
     }
 }

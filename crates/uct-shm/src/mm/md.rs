@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use ucs::{Status, UcsResult};
 use uct::{
-    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, RemoteKey,
-    TlResource, Worker,
+    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, PackedKey,
+    RemoteKey, TlResource, Worker,
 };
 
 use super::segment::{SegId, SegKind, Segment};
@@ -140,12 +140,12 @@ impl Md for MmMd {
         Ok(MemH::new(MmRegion { seg: Segment::create(self.comp.kind, len)? }))
     }
 
-    fn mkey_pack(&self, memh: &MemH) -> UcsResult<Vec<u8>> {
+    fn mkey_pack(&self, memh: &MemH) -> UcsResult<PackedKey> {
         let r = memh.downcast_ref::<MmRegion>().ok_or(Status::InvalidParam)?;
-        let mut out = Vec::with_capacity(RKEY_LEN);
-        out.extend_from_slice(&RKEY_MAGIC.to_le_bytes());
-        r.seg.id().pack(&mut out);
-        out.extend_from_slice(&(r.seg.base().as_ptr() as u64).to_le_bytes());
+        let mut out = PackedKey::new();
+        out.push(&RKEY_MAGIC.to_le_bytes())?;
+        out.push(&r.seg.id().to_bytes())?;
+        out.push(&(r.seg.base().as_ptr() as u64).to_le_bytes())?;
         Ok(out)
     }
 }

@@ -44,13 +44,20 @@ impl SegId {
 
     /// Packs into bytes.
     pub fn pack(&self, out: &mut Vec<u8>) {
-        out.push(match self.kind {
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The packed form, as [`pack`](Self::pack) appends it.
+    pub fn to_bytes(&self) -> [u8; Self::PACKED_LEN] {
+        let mut b = [0u8; Self::PACKED_LEN];
+        b[0] = match self.kind {
             SegKind::Posix => 1,
             SegKind::Sysv => 2,
-        });
-        out.extend_from_slice(&self.pid.to_le_bytes());
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
+        };
+        b[1..5].copy_from_slice(&self.pid.to_le_bytes());
+        b[5..9].copy_from_slice(&self.id.to_le_bytes());
+        b[9..17].copy_from_slice(&self.len.to_le_bytes());
+        b
     }
 
     /// Unpacks from exactly [`SegId::PACKED_LEN`] bytes; malformed input is `InvalidAddr`.

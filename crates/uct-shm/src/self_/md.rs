@@ -14,8 +14,8 @@ use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use ucs::idtable::{Id, IdTable};
 use ucs::{Status, UcsResult};
 use uct::{
-    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, RemoteKey,
-    TlResource, Worker,
+    Component, DeviceType, Iface, IfaceParams, LinearFunc, Md, MdAttr, MdFlags, MemAccess, MemH, MemRegion, PackedKey,
+    RemoteKey, TlResource, Worker,
 };
 
 use crate::sm::LocalRegion;
@@ -191,14 +191,14 @@ impl Md for SelfMd {
         Ok(MemH::new(SelfRegion { id, reg }))
     }
 
-    fn mkey_pack(&self, memh: &MemH) -> UcsResult<Vec<u8>> {
+    fn mkey_pack(&self, memh: &MemH) -> UcsResult<PackedKey> {
         let r = memh.downcast_ref::<SelfRegion>().ok_or(Status::InvalidParam)?;
-        let mut out = Vec::with_capacity(RKEY_LEN);
-        out.extend_from_slice(&RKEY_MAGIC.to_le_bytes());
-        out.extend_from_slice(&std::process::id().to_le_bytes());
-        out.extend_from_slice(&r.id.raw().to_le_bytes());
-        out.extend_from_slice(&(r.reg.base as u64).to_le_bytes());
-        out.extend_from_slice(&(r.reg.len as u64).to_le_bytes());
+        let mut out = PackedKey::new();
+        out.push(&RKEY_MAGIC.to_le_bytes())?;
+        out.push(&std::process::id().to_le_bytes())?;
+        out.push(&r.id.raw().to_le_bytes())?;
+        out.push(&(r.reg.base as u64).to_le_bytes())?;
+        out.push(&(r.reg.len as u64).to_le_bytes())?;
         Ok(out)
     }
 }

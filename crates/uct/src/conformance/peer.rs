@@ -316,7 +316,7 @@ impl Peer for LocalPeer {
         let registered_heap = region.heap.is_some();
         let mut regions = self.regions.borrow_mut();
         regions.push(Some(region));
-        Ok(RegionInfo { id: (regions.len() - 1) as u32, packed, registered_heap })
+        Ok(RegionInfo { id: (regions.len() - 1) as u32, packed: packed.to_vec(), registered_heap })
     }
 
     fn read(&self, id: u32, off: usize, len: usize) -> Vec<u8> {
