@@ -62,20 +62,43 @@ impl Worker {
 pub struct ProgressRegistration {
     worker: Worker,
     id: std::cell::Cell<Option<CbId>>,
+    /// False while [paused](Self::pause): the registered function is skipped.
+    running: Rc<std::cell::Cell<bool>>,
 }
 
 impl ProgressRegistration {
     /// Not registered yet, for `worker`.
     pub fn new(worker: &Worker) -> Self {
-        ProgressRegistration { worker: worker.clone(), id: std::cell::Cell::new(None) }
+        ProgressRegistration {
+            worker: worker.clone(),
+            id: std::cell::Cell::new(None),
+            running: Rc::new(std::cell::Cell::new(true)),
+        }
     }
 
     /// Registers `progress` unless already registered. Capture the interface weakly, so the
     /// worker does not keep it alive.
-    pub fn enable(&self, progress: impl FnMut() -> usize + 'static) {
+    pub fn enable(&self, mut progress: impl FnMut() -> usize + 'static) {
         if self.id.get().is_none() {
-            self.id.set(Some(self.worker.progress_register(Box::new(progress))));
+            let running = self.running.clone();
+            let f = move || if running.get() { progress() } else { 0 };
+            self.id.set(Some(self.worker.progress_register(Box::new(f))));
         }
+    }
+
+    /// Skips the registered function until [`resume`](Self::resume), while staying
+    /// registered: for a transport with nothing to do most of the time (no operation
+    /// queued), which would otherwise cost every progress call a call of its own, and whose
+    /// work comes too often to unregister and register again (the callback queue allocates).
+    #[inline]
+    pub fn pause(&self) {
+        self.running.set(false);
+    }
+
+    /// Runs the registered function again on every progress call.
+    #[inline]
+    pub fn resume(&self) {
+        self.running.set(true);
     }
 
     /// Registers `progress(&target)` for an interface's shared state, holding it weakly (the

@@ -82,8 +82,8 @@ struct Inner {
     err_handler: Option<ErrHandler>,
     /// Registered with the worker once progress is enabled and an operation was queued, so an
     /// interface that never queues (the common case for small messages) costs the worker's
-    /// progress nothing. It stays registered after that: registering per operation would cost
-    /// allocations in the callback queue.
+    /// progress nothing. It stays registered after that (registering per operation would cost
+    /// allocations in the callback queue), but paused while the queue is empty.
     progress: ProgressRegistration,
     /// The user enabled progress.
     progress_wanted: Cell<bool>,
@@ -178,11 +178,16 @@ impl Inner {
             }
             events += 1;
         }
+        if self.queue.borrow().is_empty() {
+            // Nothing left: the worker's progress skips this interface until the next enqueue.
+            self.progress.pause();
+        }
         events
     }
 
     fn enqueue(self: &Rc<Self>, op: Op) -> OpResult {
         self.queue.borrow_mut().push_back(op);
+        self.progress.resume();
         if self.progress_wanted.get() && !self.progress.is_enabled() {
             self.progress.enable_for(self, Inner::progress);
         }
