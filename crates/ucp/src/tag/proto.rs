@@ -109,9 +109,16 @@ impl Core {
         let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn);
         st.info = RecvInfo { length: len, sender_tag: tag };
         let rid = self.reqs.borrow_mut().insert(st);
-        if !(try_now && ep.ready() && self.send_progress(&ep, rid)) {
-            self.queue(&ep, Pending::Send(rid));
+        if try_now && ep.ready() {
+            // A rendezvous starts with its RTS: straight there (what `send_progress` would
+            // choose for a send not started yet).
+            let started =
+                if len >= ep.cfg.rndv_thresh { self.send_rts(&ep, rid) } else { self.send_progress(&ep, rid) };
+            if started {
+                return Ok(rid);
+            }
         }
+        self.queue(&ep, Pending::Send(rid));
         Ok(rid)
     }
 
@@ -555,6 +562,7 @@ impl Core {
         };
         let mut rkey = uct::PackedKey::new();
         let mut flags = 0u8;
+        let mut phase_set = false;
         if let Some(seg) = seg {
             flags |= wire::RTS_FLAG_CONTIG;
             if let Some(lane) = ep.rndv {
@@ -585,12 +593,16 @@ impl Core {
                                 }
                             }
                         }
+                        s.phase = SendPhase::Rts { sent: false };
+                        phase_set = true;
                     }
                 }
             }
         }
         let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
-        self.put_send_phase(rid, SendPhase::Rts { sent: false });
+        if !phase_set {
+            self.put_send_phase(rid, SendPhase::Rts { sent: false });
+        }
         let (rep, sreq) = (ep.remote_id.get(), rid.raw());
         let r = ep.am().am_bcopy(
             wire::AM_RNDV_RTS,
@@ -1202,23 +1214,25 @@ impl Core {
     /// Issues the get of a matched rendezvous; false when the lane had no resources.
     pub fn rndv_get_start(&self, ep: &Rc<Ep>, rid: Id) -> bool {
         let Some(lane) = ep.rndv else { return true };
-        let (seg, addr, key, sreq, hint) = match self.reqs.borrow().get(rid) {
+        let component = self.ifaces[lane.iface].md.component();
+        let (seg, size, addr, unpacked, sreq, hint) = match self.reqs.borrow().get(rid) {
             Some(ReqState { kind: ReqKind::Recv(rr), status: Status::InProgress, .. }) => {
                 match (rr.zc.as_ref().and_then(|z| z.rts.as_ref()), rr.buf.contig()) {
-                    (Some(rts), Some(seg)) => (seg, rts.addr, rts.rkey, rts.sreq, rr.hint),
+                    // The key is unpacked in place (unpacking calls nothing of the worker).
+                    (Some(rts), Some(seg)) => {
+                        (seg, seg.len.min(rr.total), rts.addr, component.rkey_unpack(&rts.rkey), rts.sreq, rr.hint)
+                    }
                     _ => return true,
                 }
             }
             _ => return true,
         };
-        let size = seg.len.min(self.req_total(rid));
-        let wi = &self.ifaces[lane.iface];
         let fail = |e: Status| {
             self.send_ctrl(ep, Ctrl::Ats { sreq, status: e.code() as i32 });
             self.finish(rid, e);
             true
         };
-        let rkey = match wi.md.component().rkey_unpack(&key) {
+        let rkey = match unpacked {
             Ok(k) => k,
             Err(e) => {
                 tracing::warn!("rndv rts: bad remote key ({e})");
@@ -1249,13 +1263,6 @@ impl Core {
             Err(e) => comp.complete(e),
         }
         true
-    }
-
-    fn req_total(&self, rid: Id) -> usize {
-        match self.reqs.borrow().get(rid) {
-            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => rr.total,
-            _ => 0,
-        }
     }
 
     fn rndv_get_done(&self, ep_id: Id, rid: Id, sreq: u64, status: Status) {
