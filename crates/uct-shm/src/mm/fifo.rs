@@ -348,6 +348,16 @@ impl Consumer {
         }
     }
 
+    /// True when the element at the read index is published: [`peek`](Self::peek) without
+    /// reading the header, for the idle poll.
+    #[inline]
+    pub fn ready(&self) -> bool {
+        let e = self.fifo.elem(self.read_index).as_ptr();
+        // SAFETY: `e` is an element of the live FIFO; only its atomic flags are read.
+        let flags = unsafe { (*e).flags.load(Ordering::Acquire) };
+        flags & ELEM_FLAG_OWNER == self.fifo.owner_bit(self.read_index)
+    }
+
     /// Starts fetching the element after the read index (while the current one is handled).
     /// Worth it when messages stream in; when they come one at a time the next element is not
     /// written yet, and fetching it early only takes its line from the producer.
