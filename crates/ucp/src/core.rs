@@ -994,4 +994,38 @@ mod tests {
         assert_eq!(d.count(), 1);
         drop(a);
     }
+
+    /// An RTS as a peer would send it, with a key of `klen` bytes.
+    fn rts(tag: u64, klen: usize) -> Vec<u8> {
+        let mut m = Vec::new();
+        for word in [tag, 1, 2, 65536, 0x1000] {
+            m.extend_from_slice(&word.to_le_bytes());
+        }
+        m.push(wire::RTS_FLAG_CONTIG);
+        m.extend_from_slice(&(klen as u16).to_le_bytes());
+        m.extend(std::iter::repeat_n(0xab, klen));
+        m
+    }
+
+    #[test]
+    fn malformed_protocol_headers_are_dropped() {
+        let core = core();
+        // A well-formed RTS waits as an unexpected message; one whose key is longer than any
+        // transport packs, or that is cut short, is dropped.
+        core.on_am(wire::AM_RNDV_RTS, AmRecv::borrowed(&rts(7, 24)));
+        assert_eq!(core.probe(7, u64::MAX, false).map(|(i, _)| i.length), Some(65536));
+        core.on_am(wire::AM_RNDV_RTS, AmRecv::borrowed(&rts(8, uct::PackedKey::MAX + 1)));
+        assert!(core.probe(8, u64::MAX, false).is_none());
+        let short = rts(9, 24);
+        core.on_am(wire::AM_RNDV_RTS, AmRecv::borrowed(&short[..short.len() - 1]));
+        assert!(core.probe(9, u64::MAX, false).is_none());
+        // Truncated or garbage headers of every protocol message: dropped or taken as data,
+        // never a panic.
+        let noise: Vec<u8> = (0..96u32).map(|i| (i.wrapping_mul(151) >> 2) as u8).collect();
+        for id in wire::AM_WIREUP..=wire::AM_RNDV_ATP {
+            for len in 0..noise.len() {
+                core.on_am(id, AmRecv::borrowed(&noise[..len]));
+            }
+        }
+    }
 }
