@@ -6,7 +6,7 @@
 //! callback. State is split into several cells so each operation borrows only what it needs,
 //! briefly.
 
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
@@ -53,17 +53,10 @@ pub(crate) enum ZcDone {
     Put { ep: Id, sreq: Id, rreq: u64 },
 }
 
-/// The part of a reusable completion its callback reads.
-struct ZcSlot {
-    what: Cell<ZcDone>,
-    /// The completion itself, to give it back to the worker once it fired.
-    comp: OnceCell<Weak<uct::Completion>>,
-}
-
-/// A free reusable completion.
+/// A free reusable completion, and what its callback reports when it fires.
 pub(crate) struct ZcComp {
     comp: Rc<uct::Completion>,
-    slot: Rc<ZcSlot>,
+    what: Rc<Cell<ZcDone>>,
 }
 
 /// A rendezvous request to send, as received.
@@ -519,28 +512,28 @@ impl Core {
         };
         let z = free.unwrap_or_else(|| self.new_zc_comp());
         z.comp.set_count(count);
-        z.slot.what.set(what);
+        z.what.set(what);
         z.comp
     }
 
     #[cold]
     fn new_zc_comp(&self) -> ZcComp {
-        let slot = Rc::new(ZcSlot { what: Cell::new(ZcDone::Idle), comp: OnceCell::new() });
-        let (weak, s) = (self.weak.clone(), slot.clone());
-        let comp = uct::Completion::new(1, move |st| {
-            let what = s.what.replace(ZcDone::Idle);
-            let Some(core) = weak.upgrade() else { return };
-            core.zc_fired(what, st);
-            if let Some(c) = s.comp.get().and_then(Weak::upgrade) {
-                let mut comps = core.zc_comps.borrow_mut();
-                if comps.len() < ZC_COMPS_KEPT {
-                    comps.push(ZcComp { comp: c, slot: s.clone() });
+        let what = Rc::new(Cell::new(ZcDone::Idle));
+        let (core, w) = (self.weak.clone(), what.clone());
+        let comp = uct::Completion::new_cyclic(1, move |me| {
+            move |st| {
+                let done = w.replace(ZcDone::Idle);
+                let Some(core) = core.upgrade() else { return };
+                core.zc_fired(done, st);
+                if let Some(comp) = me.upgrade() {
+                    let mut comps = core.zc_comps.borrow_mut();
+                    if comps.len() < ZC_COMPS_KEPT {
+                        comps.push(ZcComp { comp, what: w.clone() });
+                    }
                 }
             }
         });
-        // The slot is new: the cell is empty.
-        let _ = slot.comp.set(Rc::downgrade(&comp));
-        ZcComp { comp, slot }
+        ZcComp { comp, what }
     }
 
     /// Status and receive info of a request.

@@ -2,7 +2,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use ucs::Status;
 
@@ -27,6 +27,16 @@ impl Completion {
             count: Cell::new(count),
             status: Cell::new(Status::Ok),
             func: RefCell::new(Some(Box::new(func))),
+        })
+    }
+
+    /// [`Completion::new`] with a callback made from a weak handle to the completion itself,
+    /// for callbacks that hand their completion on (to a free list, for reuse) once it fired.
+    pub fn new_cyclic<F: FnMut(Status) + 'static>(count: i32, make: impl FnOnce(Weak<Self>) -> F) -> Rc<Self> {
+        Rc::new_cyclic(|me| Completion {
+            count: Cell::new(count),
+            status: Cell::new(Status::Ok),
+            func: RefCell::new(Some(Box::new(make(me.clone())))),
         })
     }
 
@@ -107,5 +117,18 @@ mod tests {
         c.complete(Status::Ok);
         assert_eq!(fired.get(), 2);
         assert_eq!(last.get(), Status::Ok);
+    }
+
+    #[test]
+    fn cyclic_callback_sees_its_own_completion() {
+        let seen = Rc::new(Cell::new(false));
+        let s = seen.clone();
+        let c = Completion::new_cyclic(1, move |me| move |_| s.set(me.upgrade().is_some_and(|m| m.count() == 0)));
+        c.complete(Status::Ok);
+        assert!(seen.get());
+        // The weak handle does not keep it alive.
+        let w = Rc::downgrade(&c);
+        drop(c);
+        assert!(w.upgrade().is_none());
     }
 }

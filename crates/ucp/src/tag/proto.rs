@@ -109,16 +109,9 @@ impl Core {
         let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn);
         st.info = RecvInfo { length: len, sender_tag: tag };
         let rid = self.reqs.borrow_mut().insert(st);
-        if try_now && ep.ready() {
-            // A rendezvous starts with its RTS: straight there (what `send_progress` would
-            // choose for a send not started yet).
-            let started =
-                if len >= ep.cfg.rndv_thresh { self.send_rts(&ep, rid) } else { self.send_progress(&ep, rid) };
-            if started {
-                return Ok(rid);
-            }
+        if !(try_now && ep.ready() && self.send_progress(&ep, rid)) {
+            self.queue(&ep, Pending::Send(rid));
         }
-        self.queue(&ep, Pending::Send(rid));
         Ok(rid)
     }
 
@@ -311,23 +304,25 @@ impl Core {
         }
     }
 
-    /// The buffer and tag of send `rid` when it is a queued, not yet started eager-short send
-    /// (the common retry after a full lane): sent without taking the buffer out and back.
-    /// The choice matches the start of [`Self::send_progress`]'s general path.
+    /// How send `rid` starts when it is queued and not started yet, for the two starts that
+    /// need not take the buffer out and back: an eager-short send (the common retry after a
+    /// full lane) and a rendezvous (its RTS). `None`: the general path.
     #[inline]
-    fn queued_short(&self, ep: &Ep, rid: Id) -> Option<(crate::request::Seg, Tag)> {
+    fn quick_start(&self, ep: &Ep, rid: Id) -> Option<QuickStart> {
         let reqs = self.reqs.borrow();
         let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.get(rid) else {
             return None;
         };
-        if !matches!(s.phase, SendPhase::Queued)
-            || s.sync
-            || s.buf.len() >= ep.cfg.rndv_thresh
-            || Self::zcopy(ep, &s.buf)
-        {
+        if !matches!(s.phase, SendPhase::Queued) {
             return None;
         }
-        Some((Self::short_seg(ep, &s.buf)?, s.tag))
+        if s.buf.len() >= ep.cfg.rndv_thresh {
+            return Some(QuickStart::Rts);
+        }
+        if s.sync || Self::zcopy(ep, &s.buf) {
+            return None;
+        }
+        Some(QuickStart::Short(Self::short_seg(ep, &s.buf)?, s.tag))
     }
 
     /// Takes the user buffer out of a send request, so nothing is borrowed while sending.
@@ -371,8 +366,9 @@ impl Core {
     /// for the peer), false when the lane had no resources.
     #[inline]
     pub fn send_progress(&self, ep: &Rc<Ep>, rid: Id) -> bool {
-        if let Some((seg, tag)) = self.queued_short(ep, rid) {
-            return match self.send_short(ep, seg, tag) {
+        match self.quick_start(ep, rid) {
+            Some(QuickStart::Rts) => self.send_rts(ep, rid),
+            Some(QuickStart::Short(seg, tag)) => match self.send_short(ep, seg, tag) {
                 Ok(Outcome::NoResource) => false,
                 Ok(_) => {
                     self.finish(rid, Status::Ok);
@@ -382,12 +378,12 @@ impl Core {
                     self.finish(rid, e);
                     true
                 }
-            };
+            },
+            None => self.send_progress_general(ep, rid),
         }
-        self.send_progress_general(ep, rid)
     }
 
-    /// [`Self::send_progress`] for everything but a queued eager-short send.
+    /// [`Self::send_progress`] for everything but a queued eager-short send or rendezvous.
     #[inline(never)]
     fn send_progress_general(&self, ep: &Rc<Ep>, rid: Id) -> bool {
         let Some((buf, tag, sync, view)) = self.take_send(rid) else { return true };
@@ -403,10 +399,8 @@ impl Core {
                 return self.send_zcopy(ep, rid);
             }
             SendPhaseView::Start => {
-                if len >= cfg.rndv_thresh {
-                    self.put_send(rid, buf, None);
-                    return self.send_rts(ep, rid);
-                }
+                // A rendezvous started in `send_progress`.
+                debug_assert!(len < cfg.rndv_thresh);
                 if Self::zcopy(ep, &buf) {
                     self.put_send(rid, buf, Some(SendPhase::Zcopy { offset: 0, msg_id: 0 }));
                     return self.send_zcopy(ep, rid);
@@ -552,9 +546,10 @@ impl Core {
     /// Sends the RTS of a rendezvous, registering the buffer when a zero-copy lane can use it.
     fn send_rts(&self, ep: &Rc<Ep>, rid: Id) -> bool {
         let (seg, tag, len, hint, has_memh) = {
-            let reqs = self.reqs.borrow();
-            match reqs.get(rid) {
+            let mut reqs = self.reqs.borrow_mut();
+            match reqs.get_mut(rid) {
                 Some(ReqState { kind: ReqKind::Send(s), .. }) => {
+                    s.phase = SendPhase::Rts { sent: false };
                     (s.buf.contig(), s.tag, s.buf.len(), s.hint, s.zc.as_ref().is_some_and(|z| z.memh.is_some()))
                 }
                 _ => return true,
@@ -562,7 +557,6 @@ impl Core {
         };
         let mut rkey = uct::PackedKey::new();
         let mut flags = 0u8;
-        let mut phase_set = false;
         if let Some(seg) = seg {
             flags |= wire::RTS_FLAG_CONTIG;
             if let Some(lane) = ep.rndv {
@@ -593,16 +587,11 @@ impl Core {
                                 }
                             }
                         }
-                        s.phase = SendPhase::Rts { sent: false };
-                        phase_set = true;
                     }
                 }
             }
         }
         let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
-        if !phase_set {
-            self.put_send_phase(rid, SendPhase::Rts { sent: false });
-        }
         let (rep, sreq) = (ep.remote_id.get(), rid.raw());
         let r = ep.am().am_bcopy(
             wire::AM_RNDV_RTS,
@@ -1350,6 +1339,14 @@ fn frag_header(w: &mut Writer<'_>, h: FragHdr) {
         w.u64(h.msg_id);
         w.u64(h.offset as u64);
     }
+}
+
+/// A start of a queued send that [`Core::send_progress`] makes without taking the buffer out.
+enum QuickStart {
+    /// Eager short from this segment, with this tag.
+    Short(crate::request::Seg, Tag),
+    /// The RTS of a rendezvous.
+    Rts,
 }
 
 /// What `send_progress` has to do next.
