@@ -23,6 +23,7 @@ fn main() -> Result<(), ucp::Status> {
     // Probe on b until the message (its RTS) is there, then receive it by handle.
     let (info, msg) = loop {
         a.progress();
+        b.progress();
         if let Some(x) = b.tag_probe(42, FULL_MASK, true) {
             break x;
         }

@@ -386,9 +386,13 @@ impl Worker {
 
     /// Looks for an unexpected message matching `(tag, mask)` (`ucp_tag_probe_nb`). With
     /// `remove`, the message is taken out for [`Worker::tag_msg_recv_nbx`].
+    ///
+    /// Like UCX's probe it only looks: messages reach the unexpected queue through
+    /// [`Worker::progress`], so a loop waiting for a message progresses between probes. (A
+    /// probe that progressed itself would let a sender flood the queue: every probe would
+    /// drain the transport into it, however few messages the caller takes out.)
     pub fn tag_probe(&self, tag: Tag, mask: Tag, remove: bool) -> Option<(RecvInfo, Option<Message>)> {
         let e = self.enter().ok()?;
-        e.core.progress();
         let (info, id) = e.core.probe(tag, mask, remove)?;
         Some((info, id.map(|id| Message { id })))
     }

@@ -44,6 +44,8 @@ fn across_processes_over_posix_and_cma() {
             Box::leak(Box::new(Worker::new(&context("posix,cma", cfg), &WorkerParams::new("receiver")).unwrap()));
         let mut s = RemoteSender::spawn(w, "posix,cma", cfg);
         all_scenarios(w, &mut s, &format!("two processes, {name}"));
+        eprintln!("two processes, {name}: probe-paced receiver");
+        probe_paced(w, &mut s);
         let mut s2 = RemoteSender::spawn(w, "posix,cma", cfg);
         let mut s3 = RemoteSender::spawn(w, "posix,cma", cfg);
         flood(w, &mut [&mut s, &mut s2, &mut s3], 200);

@@ -177,6 +177,12 @@ impl RemoteSender {
         }
     }
 
+    /// Makes the peer send `count` messages of `len` bytes tagged `tag`, `tag + 1`, ... back
+    /// to back (the pattern seed of each is its tag).
+    pub fn burst(&mut self, w: &Worker, tag: u64, len: usize, count: u64) {
+        assert_eq!(self.ask(w, &format!("burst {tag} {len} {count}")), "bursting");
+    }
+
     /// The peer's endpoint lanes once wired up: `connected usage=transport ...`.
     pub fn lanes(&mut self, w: &Worker) -> String {
         self.ask(w, "lanes")
@@ -256,6 +262,16 @@ pub fn peer_main() {
                     (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4] == "1");
                 sends.push(start_send(&ep, tag, len, seed, sync));
                 say("started");
+            }
+            Some("burst") => {
+                // `count` messages of `len` bytes tagged `tag`, `tag + 1`, ... (each with its
+                // tag as the pattern seed), issued back to back.
+                let (tag, len, count): (u64, usize, u64) =
+                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
+                say("bursting");
+                for i in 0..count {
+                    sends.push(start_send(&ep, tag + i, len, tag + i, false));
+                }
             }
             Some("counts") => say(&format!("{:?}", w.proto_counts())),
             Some("recv") => {
@@ -432,6 +448,7 @@ pub fn probe_cancel_truncate(w: &'static Worker, s: &mut dyn Sender) {
                 break x;
             }
             assert!(t.elapsed() < TIMEOUT, "probe never saw the message");
+            w.progress();
         };
         assert_eq!(info.length, len);
         let mut buf = vec![0u8; len];
@@ -512,6 +529,40 @@ pub fn flood(w: &'static Worker, senders: &mut [&mut dyn Sender], per: usize) {
         s.flush(w);
     }
     assert_eq!(w.stats().2, 0, "unexpected messages left");
+}
+
+/// A receiver that probes before each receive and progresses only when the probe finds
+/// nothing (the probe itself does not progress, as in UCX) keeps its unexpected queue short
+/// however fast the sender is: a progress call moves at most a poll batch into it. (A probe that
+/// progressed drained the transport on every call and the queue grew without bound, the way
+/// `ucx-perf -U` runs.)
+pub fn probe_paced(w: &'static Worker, s: &mut RemoteSender) {
+    const N: u64 = 20_000;
+    const TAG0: u64 = 7 << 40;
+    s.burst(w, TAG0, 8, N);
+    let mut drained = false;
+    let mut most = 0;
+    for i in 0..N {
+        let t = Instant::now();
+        let info = loop {
+            if let Some((info, _)) = w.tag_probe(TAG0 + i, FULL_MASK, false) {
+                break info;
+            }
+            // Messages of one sender arrive in order: nothing of this burst is queued now.
+            drained = true;
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "probe never saw message {i}");
+        };
+        assert_eq!((info.length, info.sender_tag), (8, TAG0 + i));
+        if drained {
+            most = most.max(w.stats().2);
+        }
+        let mut r = post(w, TAG0 + i, FULL_MASK, 8);
+        r.check(w, 8, TAG0 + i, TAG0 + i);
+    }
+    s.flush(w);
+    assert!(drained, "the receiver never caught up with the sender");
+    assert!(most <= 64, "{most} unexpected messages queued at once behind a paced probe");
 }
 
 pub fn all_scenarios(w: &'static Worker, s: &mut dyn Sender, what: &str) {
