@@ -6,7 +6,9 @@ use ucs::{Status, UcsResult};
 ucs::config_enum! {
     /// `UCX_RNDV_SCHEME`: how rendezvous moves the data.
     pub enum RndvScheme {
-        /// Chosen from the lanes: get_zcopy when a lane can read remote memory, else put_zcopy,
+        /// Chosen from the lanes: active-message fragments when the AM lane's modeled bandwidth
+        /// exceeds the zero-copy lane's (shared memory next to cma) and the context does not
+        /// ask for wakeup, else get_zcopy when a lane can read remote memory, else put_zcopy,
         /// else active-message fragments.
         Auto = "auto",
         /// The receiver reads the data (RTS -> get -> ATS).
