@@ -89,6 +89,7 @@ fn ucp_spec(p: &PerfParams, index: u8) -> Result<UcpTestSpec, String> {
             opts::ThreadMode::Multi => ucp::ThreadMode::Multi,
         },
         prereg: p.prereg,
+        sleep: p.wait_mode == Some(opts::WaitMode::Sleep),
     })
 }
 

@@ -63,6 +63,9 @@ pub struct UcpTestSpec {
     pub thread_mode: ThreadMode,
     /// `-z`.
     pub prereg: bool,
+    /// `-E sleep`: the worker has the WAKEUP feature and waits on its event descriptor when a
+    /// progress call finds nothing (`ucp_worker_wait`), as `ucx_perftest` does.
+    pub sleep: bool,
 }
 
 const TAG: u64 = 0x1337_a880_0000_0000;
@@ -81,8 +84,9 @@ struct Setup {
 
 impl Setup {
     fn new(spec: &UcpTestSpec, oob: &mut dyn Exchange) -> Result<Setup, String> {
-        let ctx = Context::new(&ContextParams::new(Features::TAG))
-            .map_err(|e| format!("cannot create a UCP context: {e}"))?;
+        let features = if spec.sleep { Features::TAG | Features::WAKEUP } else { Features::TAG };
+        let ctx =
+            Context::new(&ContextParams::new(features)).map_err(|e| format!("cannot create a UCP context: {e}"))?;
         let worker = Worker::new(&ctx, &WorkerParams::new("ucx-perf").thread_mode(spec.thread_mode))
             .map_err(|e| format!("cannot create a UCP worker: {e}"))?;
         let peer = if spec.loopback { worker.address().to_vec() } else { oob.exchange(worker.address())? };
@@ -153,6 +157,8 @@ struct Engine<'a> {
     sends: Box<Outstanding>,
     recvs: Box<Outstanding>,
     mask: u64,
+    /// The first failure of a wait on the worker's events (`-E sleep`).
+    wait_error: Cell<Option<Status>>,
 }
 
 impl<'a> Engine<'a> {
@@ -171,14 +177,27 @@ impl<'a> Engine<'a> {
         if let Some(e) = self.recvs.error.get() {
             return Err(format!("receive failed: {e}"));
         }
+        if let Some(e) = self.wait_error.get() {
+            return Err(format!("waiting for worker events failed: {e}"));
+        }
         Ok(())
+    }
+
+    /// One progress call; with `-E sleep`, one that found nothing sleeps until an event.
+    #[inline]
+    fn progress(&self) {
+        if self.s.worker.progress() == 0 && self.spec.sleep {
+            if let Err(e) = self.s.worker.wait() {
+                self.wait_error.set(self.wait_error.get().or(Some(e)));
+            }
+        }
     }
 
     /// Waits until fewer than `limit` sends are outstanding.
     #[inline]
     fn wait_sends(&mut self, limit: usize) -> Result<(), String> {
         while self.sends.count.get() >= limit {
-            self.s.worker.progress();
+            self.progress();
         }
         self.check()
     }
@@ -186,7 +205,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn wait_recvs(&mut self, limit: usize) -> Result<(), String> {
         while self.recvs.count.get() >= limit {
-            self.s.worker.progress();
+            self.progress();
         }
         self.check()
     }
@@ -230,7 +249,7 @@ impl<'a> Engine<'a> {
         self.wait_recvs(max)?;
         if self.spec.force_unexpected {
             while self.s.worker.tag_probe(TAG, self.mask, false).is_none() {
-                self.s.worker.progress();
+                self.progress();
             }
         }
         let data = if self.spec.recv_iov {
@@ -320,7 +339,8 @@ pub fn run(spec: &UcpTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
     let mask = if spec.wildcard { 0 } else { FULL_MASK };
     for_each_run(spec.warmup, spec.iters, oob, &mut |oob, iters, measured| {
         sync(oob, &s)?;
-        let mut e = Engine { s: &s, spec, sends: Box::default(), recvs: Box::default(), mask };
+        let mut e =
+            Engine { s: &s, spec, sends: Box::default(), recvs: Box::default(), mask, wait_error: Cell::new(None) };
         let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
         meter.start();
         let mut rep = |m: &Measured| {
