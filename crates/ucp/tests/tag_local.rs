@@ -115,6 +115,35 @@ fn self_endpoint_every_protocol() {
     }
 }
 
+/// `auto` resolves per endpoint: a worker with WAKEUP keeps zero-copy, one without sends
+/// fragments over posix + cma. Between two such workers every size still arrives intact both
+/// ways: the receiver answers an RTS with or without a key the way its own scheme wants.
+#[test]
+fn peers_resolving_auto_differently() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let busy = ctx("posix,cma", &[("RNDV_THRESH", "20000")]);
+    let sleepy = Context::new(
+        &ContextParams::new(Features::TAG | Features::WAKEUP)
+            .with_config("TLS", "posix,cma")
+            .with_config("RNDV_THRESH", "20000"),
+    )
+    .unwrap();
+    let a = Worker::new(&busy, &WorkerParams::new("busy")).unwrap();
+    let b = Worker::new(&sleepy, &WorkerParams::new("sleepy")).unwrap();
+    let ab = a.ep_create(b.address()).unwrap();
+    all_sizes(&ab, &a, &b, "fragments-minded sender");
+    let ba = b.ep_create(a.address()).unwrap();
+    all_sizes(&ba, &b, &a, "zero-copy-minded sender");
+    let (x, y) = (a.proto_counts(), b.proto_counts());
+    eprintln!("busy {x:?}; sleepy {y:?}");
+    // The busy worker receives by fragments; the sleepy one, sent no key, answers with its
+    // own for a put.
+    assert!(x.rndv_am > 0, "{x:?}");
+    assert!(y.rndv_put > 0, "{y:?}");
+    ab.close(CloseMode::Flush).unwrap();
+    ba.close(CloseMode::Flush).unwrap();
+}
+
 #[test]
 fn two_workers_every_protocol() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
