@@ -178,9 +178,12 @@ impl RemoteSender {
     }
 
     /// Makes the peer send `count` messages of `len` bytes tagged `tag`, `tag + 1`, ... back
-    /// to back (the pattern seed of each is its tag).
+    /// to back (the pattern seed of each is its tag). The peer starts once this returns, so
+    /// nothing of the burst arrives while `w` is progressed here.
     pub fn burst(&mut self, w: &Worker, tag: u64, len: usize, count: u64) {
-        assert_eq!(self.ask(w, &format!("burst {tag} {len} {count}")), "bursting");
+        assert_eq!(self.ask(w, &format!("burst {tag} {len} {count}")), "ready");
+        writeln!(self.stdin, "go").unwrap();
+        self.stdin.flush().unwrap();
     }
 
     /// The peer's endpoint lanes once wired up: `connected usage=transport ...`.
@@ -268,7 +271,11 @@ pub fn peer_main() {
                 // tag as the pattern seed), issued back to back.
                 let (tag, len, count): (u64, usize, u64) =
                     (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
-                say("bursting");
+                // Nothing is sent before the receiver says "go": it stops progressing first.
+                say("ready");
+                if rx.recv().as_deref() != Ok("go") {
+                    return;
+                }
                 for i in 0..count {
                     sends.push(start_send(&ep, tag + i, len, tag + i, false));
                 }
@@ -539,6 +546,7 @@ pub fn flood(w: &'static Worker, senders: &mut [&mut dyn Sender], per: usize) {
 pub fn probe_paced(w: &'static Worker, s: &mut RemoteSender) {
     const N: u64 = 20_000;
     const TAG0: u64 = 7 << 40;
+    assert_eq!(w.stats().2, 0, "unexpected messages left by an earlier scenario");
     s.burst(w, TAG0, 8, N);
     let mut drained = false;
     let mut most = 0;
