@@ -19,6 +19,10 @@ use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
 use crate::request::{Callback, RecvInfo, ReqKind, ReqState, ZcPool, ZcState, ZC_POOL_CHUNK};
+
+/// Size of the buffers of [`Core::kept_msgs`]: the longest `am_short` message of posix/sysv
+/// (120 bytes), rc and ud fits; a longer borrowed message (from `self`) is copied to the heap.
+const KEPT_MSG_SIZE: usize = 256;
 use crate::tag::{Tag, TagMatcher, UnexpHandle};
 use crate::wire::{self, Reader};
 
@@ -134,6 +138,9 @@ pub(crate) struct Core {
     pub reqs: RefCell<IdTable<ReqState>>,
     pub tm: RefCell<TagMatcher<Id, Unexp>>,
     pub frags: RefCell<HashMap<(u64, u64), FragTarget>>,
+    /// Reassembly buffers of unexpected multi-fragment messages, kept for reuse (see
+    /// [`Core::frag_buf`]).
+    pub frag_bufs: RefCell<Vec<Vec<u8>>>,
     pub probed: RefCell<IdTable<(Tag, Unexp)>>,
     pub conn: RefCell<ConnMatch>,
     /// Endpoints with queued operations to retry from progress.
@@ -151,6 +158,9 @@ pub(crate) struct Core {
     pub keepalive_cursor: Cell<usize>,
     /// Zero-copy state of requests.
     pub zc_pool: ZcPool,
+    /// Buffers for unexpected messages that arrived inline in a transport's receive buffer
+    /// (`am_short`) and are too long for the descriptor itself: kept without allocating.
+    pub kept_msgs: Rc<ucs::mpool::MemPool>,
     /// Completions of zero-copy operations that fired and nobody holds: reused by the next
     /// ones (see [`Core::zc_completion`]).
     zc_comps: RefCell<Vec<ZcComp>>,
@@ -308,6 +318,10 @@ impl Core {
         let mut result = Ok(());
         let keepalive_ns = ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64;
         let zc_pool = ucs::mpool::ObjPool::<ZcState>::new(ZC_POOL_CHUNK, usize::MAX)?;
+        let mut kp = ucs::mpool::MpoolParams::new(KEPT_MSG_SIZE);
+        kp.elems_per_chunk = 64;
+        kp.name = "ucp_kept_msgs";
+        let kept_msgs = Rc::new(ucs::mpool::MemPool::new(kp, Box::new(ucs::mpool::HeapChunkAlloc))?);
         let core = Rc::new_cyclic(|weak: &Weak<Core>| {
             let uct = uct::Worker::default();
             let mut ifaces = Vec::new();
@@ -387,6 +401,7 @@ impl Core {
                 reqs: RefCell::new(IdTable::new()),
                 tm: RefCell::new(TagMatcher::new()),
                 frags: RefCell::new(HashMap::new()),
+                frag_bufs: RefCell::new(Vec::new()),
                 probed: RefCell::new(IdTable::new()),
                 conn: RefCell::new(ConnMatch::default()),
                 pending_eps: RefCell::new(Vec::new()),
@@ -399,6 +414,7 @@ impl Core {
                 keepalive_due: Cell::new(ucs::time::now().saturating_add(keepalive_ns)),
                 keepalive_cursor: Cell::new(0),
                 zc_pool,
+                kept_msgs,
                 zc_comps: RefCell::new(Vec::new()),
                 address,
             }

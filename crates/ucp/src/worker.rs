@@ -547,7 +547,11 @@ fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
             Status::InvalidParam
         })?;
     }
-    Ok(Buf::Iov(v.iter().map(|x| Seg { ptr: x.buffer, len: x.length }).collect()))
+    Ok(match v {
+        // One piece is a contiguous buffer: no segment list to allocate.
+        [x] => Buf::Contig(Seg { ptr: x.buffer, len: x.length }),
+        _ => Buf::Iov(v.iter().map(|x| Seg { ptr: x.buffer, len: x.length }).collect()),
+    })
 }
 
 /// Outcome of a receive: completed at once, or a request.

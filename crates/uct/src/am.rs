@@ -11,7 +11,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::rc::Rc;
 
-use ucs::mpool::PoolBuf;
+use ucs::mpool::{MemPool, PoolBuf};
 use ucs::{Status, UcsResult};
 
 /// Number of active message ids (`UCT_AM_ID_MAX`): valid ids are `0..AM_ID_MAX`.
@@ -100,6 +100,22 @@ impl<'a> AmRecv<'a> {
         matches!(self.storage, Storage::Desc { .. })
     }
 
+    /// [`keep`](Self::keep), copying a borrowed message too long for the descriptor itself
+    /// into a buffer of `pool` when it fits one, instead of the heap: a caller keeping many
+    /// such messages allocates only when the pool grows. The buffer goes back to `pool` when
+    /// the descriptor is dropped.
+    pub fn keep_in(self, pool: &Rc<MemPool>) -> AmDesc {
+        if let Storage::Borrowed(d) = self.storage {
+            if d.len() > AmDesc::INLINE && d.len() <= pool.elem_size() {
+                if let Some(mut buf) = pool.get_buf() {
+                    buf.as_mut_slice()[..d.len()].copy_from_slice(d);
+                    return AmDesc { repr: DescRepr::Pool { buf, offset: 0, len: d.len() } };
+                }
+            }
+        }
+        self.keep()
+    }
+
     /// Keeps the message beyond the handler call; dropping the returned descriptor releases it.
     /// A borrowed message (inline in the transport's receive buffer) is copied: into the
     /// descriptor itself when it takes at most [`AmDesc::INLINE`] bytes, to the heap otherwise.
@@ -163,7 +179,8 @@ impl AmDesc {
     /// payload bytes, kept by UCP with their 8-byte tag, fit.
     pub const INLINE: usize = 46;
 
-    /// True when this descriptor holds a transport buffer (not a copy).
+    /// True when this descriptor holds a pool buffer: the transport's, or for a copy made by
+    /// [`AmRecv::keep_in`], the caller's.
     pub fn is_transport_buffer(&self) -> bool {
         matches!(self.repr, DescRepr::Pool { .. })
     }
@@ -260,6 +277,20 @@ mod tests {
             let d = AmRecv::borrowed(&msg).keep();
             assert_eq!(&*d, &msg[..], "{n} bytes");
             assert_eq!(matches!(d.repr, DescRepr::Inline { .. }), n <= AmDesc::INLINE, "{n} bytes");
+        }
+        // Between the inline limit and the pool's element size, a pool buffer that goes back
+        // to the pool with the descriptor; beyond it, the heap.
+        let pool =
+            Rc::new(MemPool::new(ucs::mpool::MpoolParams::new(128), Box::new(ucs::mpool::HeapChunkAlloc)).unwrap());
+        for n in [0, AmDesc::INLINE, AmDesc::INLINE + 1, 128, 129] {
+            let msg: Vec<u8> = (0..n).map(|i| (i * 3 + 5) as u8).collect();
+            let d = AmRecv::borrowed(&msg).keep_in(&pool);
+            assert_eq!(&*d, &msg[..], "{n} bytes");
+            let pooled = matches!(d.repr, DescRepr::Pool { .. });
+            assert_eq!(pooled, n > AmDesc::INLINE && n <= 128, "{n} bytes");
+            assert_eq!(pool.num_elems() - pool.num_free(), pooled as usize, "{n} bytes");
+            drop(d);
+            assert_eq!(pool.num_elems(), pool.num_free(), "{n} bytes: the buffer went back");
         }
         // The descriptor stays small.
         assert!(std::mem::size_of::<AmDesc>() <= 48, "{}", std::mem::size_of::<AmDesc>());

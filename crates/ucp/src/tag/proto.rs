@@ -24,6 +24,11 @@ use crate::tag::Tag;
 use crate::wire::{self, len, Reader, Writer};
 use crate::RndvScheme;
 
+/// Reassembly buffers kept for reuse by a worker.
+const FRAG_BUFS_KEPT: usize = 16;
+/// Largest capacity of a kept reassembly buffer (messages up to the rendezvous threshold fit).
+const FRAG_BUF_KEPT_MAX: usize = 256 * 1024;
+
 /// Outcome of a receive call.
 #[derive(Debug)]
 pub(crate) enum RecvOut {
@@ -765,6 +770,26 @@ impl Core {
         Ok(RecvOut::Req(rid))
     }
 
+    /// A buffer for reassembling an unexpected multi-fragment message that starts with
+    /// `first`: a kept one when there is one (its capacity from an earlier message, so the
+    /// steady state allocates nothing), else a new one. It grows with the data that arrives,
+    /// never with the length the peer announced.
+    fn frag_buf(&self, first: &[u8]) -> Vec<u8> {
+        let mut v = self.frag_bufs.borrow_mut().pop().unwrap_or_default();
+        v.extend_from_slice(first);
+        v
+    }
+
+    /// Gives a reassembly buffer back for reuse: up to [`FRAG_BUFS_KEPT`] of them, each of up to
+    /// [`FRAG_BUF_KEPT_MAX`] bytes of capacity (a larger one is freed).
+    fn recycle_frag_buf(&self, mut v: Vec<u8>) {
+        let mut kept = self.frag_bufs.borrow_mut();
+        if kept.len() < FRAG_BUFS_KEPT && v.capacity() <= FRAG_BUF_KEPT_MAX {
+            v.clear();
+            kept.push(v);
+        }
+    }
+
     /// A receive met an unexpected message (at posting, or from a probed handle).
     #[inline(never)]
     pub(crate) fn recv_matched(&self, buf: Buf, tag: Tag, msg: Unexp, param: RequestParam) -> UcsResult<RecvOut> {
@@ -772,7 +797,9 @@ impl Core {
         match msg {
             Unexp::Eager { desc, offset, sync } => self.recv_whole_now(&buf, info, &desc[offset..], sync, param),
             Unexp::Frag { data, total, sync, .. } if data.len() == total => {
-                self.recv_whole_now(&buf, info, &data, sync, param)
+                let out = self.recv_whole_now(&buf, info, &data, sync, param);
+                self.recycle_frag_buf(data);
+                out
             }
             Unexp::Frag { key, total, data, sync } => {
                 let mut r = recv_req(buf, None, param.memh.map(|m| m.id));
@@ -785,6 +812,7 @@ impl Core {
                     // SAFETY: valid buffer (caller); `data.len() < total <= buffer length`.
                     unsafe { r.buf.copy_in(0, &data) };
                 }
+                self.recycle_frag_buf(data);
                 let rid = self.req_with(ReqKind::Recv(r), param);
                 self.set_info(rid, info);
                 self.frags.borrow_mut().insert(key, FragTarget::Req(rid));
@@ -890,7 +918,7 @@ impl Core {
             Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_ONLY..], None),
             None => {
                 self.count(|c| &mut c.unexpected);
-                let desc = m.keep();
+                let desc = m.keep_in(&self.kept_msgs);
                 self.tm.borrow_mut().push_unexpected(tag, Unexp::Eager { desc, offset: len::EAGER_ONLY, sync: None });
             }
         }
@@ -908,7 +936,7 @@ impl Core {
             Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_SYNC_ONLY..], Some((ep, sreq))),
             None => {
                 self.count(|c| &mut c.unexpected);
-                let desc = m.keep();
+                let desc = m.keep_in(&self.kept_msgs);
                 let u = Unexp::Eager { desc, offset: len::EAGER_SYNC_ONLY, sync: Some((ep, sreq)) };
                 self.tm.borrow_mut().push_unexpected(tag, u);
             }
@@ -964,7 +992,7 @@ impl Core {
             }
             None => {
                 self.count(|c| &mut c.unexpected);
-                let u = Unexp::Frag { key, total, data: payload.to_vec(), sync };
+                let u = Unexp::Frag { key, total, data: self.frag_buf(payload), sync };
                 let complete = payload.len() == total;
                 let h = self.tm.borrow_mut().push_unexpected(tag, u);
                 if !complete {
