@@ -1004,6 +1004,40 @@ mod tests {
         drop(a);
     }
 
+    fn words(ws: &[u64], payload: &[u8]) -> Vec<u8> {
+        let mut m: Vec<u8> = ws.iter().flat_map(|w| w.to_le_bytes()).collect();
+        m.extend_from_slice(payload);
+        m
+    }
+
+    #[test]
+    fn unexpected_fragments_reuse_their_buffer() {
+        use crate::request::{Buf, RequestParam, Seg};
+        use crate::tag::proto::RecvOut;
+        let core = core();
+        // A first fragment announcing 1 TiB: queued, with a buffer for what arrived only.
+        core.on_am(wire::AM_EAGER_FIRST, AmRecv::borrowed(&words(&[5, 1, 100, 1 << 40], &[1; 10])));
+        assert_eq!(core.probe(5, u64::MAX, false).map(|(i, _)| i.length), Some(1 << 40));
+        // Two-fragment messages, each received after it arrived: the second one reassembles in
+        // the buffer the first one gave back.
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let mut kept = None;
+        for (tag, msg_id) in [(6u64, 200u64), (7, 201)] {
+            core.on_am(wire::AM_EAGER_FIRST, AmRecv::borrowed(&words(&[tag, 1, msg_id, 3000], &data[..2000])));
+            core.on_am(wire::AM_EAGER_MIDDLE, AmRecv::borrowed(&words(&[1, msg_id, 2000], &data[2000..])));
+            assert!(core.frag_bufs.borrow().is_empty(), "the buffer is in use");
+            let mut out = vec![0u8; 3000];
+            let buf = Buf::Contig(Seg { ptr: out.as_mut_ptr(), len: out.len() });
+            // SAFETY: `out` outlives the call, which completes at once (the message is here).
+            let r = unsafe { core.tag_recv(buf, tag, u64::MAX, RequestParam::new()) }.unwrap();
+            assert!(matches!(r, RecvOut::Done(i) if i.length == 3000), "{r:?}");
+            assert!(out == data);
+            let bufs = core.frag_bufs.borrow();
+            assert_eq!(bufs.len(), 1);
+            assert_eq!(*kept.get_or_insert(bufs[0].as_ptr()), bufs[0].as_ptr(), "a new buffer");
+        }
+    }
+
     /// An RTS as a peer would send it, with a key of `klen` bytes.
     fn rts(tag: u64, klen: usize) -> Vec<u8> {
         let mut m = Vec::new();
