@@ -18,7 +18,7 @@ use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
-use crate::request::{Callback, RecvInfo, ReqKind, ReqState, ZcPool, ZcState, ZC_POOL_CHUNK};
+use crate::request::{Callback, RecvInfo, ReqKind, ReqState, SegArr, SegPool, ZcPool, ZcState, ZC_POOL_CHUNK};
 
 /// Size of the buffers of [`Core::kept_msgs`]: the longest `am_short` message of posix/sysv
 /// (120 bytes), rc and ud fits; a longer borrowed message (from `self`) is copied to the heap.
@@ -158,6 +158,8 @@ pub(crate) struct Core {
     pub keepalive_cursor: Cell<usize>,
     /// Zero-copy state of requests.
     pub zc_pool: ZcPool,
+    /// Iov lists of operations on buffers of a few pieces.
+    pub seg_pool: SegPool,
     /// Buffers for unexpected messages that arrived inline in a transport's receive buffer
     /// (`am_short`) and are too long for the descriptor itself: kept without allocating.
     pub kept_msgs: Rc<ucs::mpool::MemPool>,
@@ -318,6 +320,7 @@ impl Core {
         let mut result = Ok(());
         let keepalive_ns = ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64;
         let zc_pool = ucs::mpool::ObjPool::<ZcState>::new(ZC_POOL_CHUNK, usize::MAX)?;
+        let seg_pool = ucs::mpool::ObjPool::<SegArr>::new(ZC_POOL_CHUNK, usize::MAX)?;
         let mut kp = ucs::mpool::MpoolParams::new(KEPT_MSG_SIZE);
         kp.elems_per_chunk = 64;
         kp.name = "ucp_kept_msgs";
@@ -414,6 +417,7 @@ impl Core {
                 keepalive_due: Cell::new(ucs::time::now().saturating_add(keepalive_ns)),
                 keepalive_cursor: Cell::new(0),
                 zc_pool,
+                seg_pool,
                 kept_msgs,
                 zc_comps: RefCell::new(Vec::new()),
                 address,

@@ -120,26 +120,71 @@ pub(crate) struct Seg {
     pub len: usize,
 }
 
+/// Pieces of an iov list kept in a pool slot ([`SegArr`]); longer lists are boxed.
+pub(crate) const POOLED_SEGS: usize = 8;
+
+/// An iov list of up to [`POOLED_SEGS`] pieces.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SegArr {
+    pub len: usize,
+    pub segs: [Seg; POOLED_SEGS],
+}
+
+/// The worker's pool of iov lists: an operation on an iov buffer of a few pieces allocates
+/// nothing once the pool has grown.
+pub(crate) type SegPool = std::rc::Rc<ObjPool<SegArr>>;
+
 /// User data of an operation: contiguous or iov.
 #[derive(Debug)]
 pub(crate) enum Buf {
     Contig(Seg),
+    /// An iov list in a slot of the worker's [`SegPool`].
+    IovPooled(PoolBox<SegArr>),
+    /// A longer iov list.
     Iov(Box<[Seg]>),
 }
 
 impl Buf {
+    /// An iov buffer of `pieces` (two or more; one piece is [`Buf::Contig`]): in a slot of
+    /// `pool` when it fits one, else boxed.
+    pub fn iov(pool: &SegPool, pieces: impl ExactSizeIterator<Item = Seg>) -> Buf {
+        if pieces.len() > POOLED_SEGS {
+            return Buf::Iov(pieces.collect());
+        }
+        let mut arr = SegArr { len: pieces.len(), segs: [Seg { ptr: std::ptr::null_mut(), len: 0 }; POOLED_SEGS] };
+        for (d, s) in arr.segs.iter_mut().zip(pieces) {
+            *d = s;
+        }
+        match pool.get(arr) {
+            Ok(b) => Buf::IovPooled(b),
+            Err(arr) => Buf::Iov(arr.segs[..arr.len].into()),
+        }
+    }
+
+    /// The pieces.
+    #[inline]
+    fn segs(&self) -> &[Seg] {
+        match self {
+            Buf::Contig(s) => std::slice::from_ref(s),
+            Buf::IovPooled(a) => &a.segs[..a.len],
+            Buf::Iov(v) => v,
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Buf::Contig(s) => s.len,
-            Buf::Iov(v) => v.iter().map(|s| s.len).sum(),
+            _ => self.segs().iter().map(|s| s.len).sum(),
         }
     }
 
     pub fn contig(&self) -> Option<Seg> {
         match self {
             Buf::Contig(s) => Some(*s),
-            Buf::Iov(v) if v.len() == 1 => Some(v[0]),
-            Buf::Iov(_) => None,
+            _ => match self.segs() {
+                [s] => Some(*s),
+                _ => None,
+            },
         }
     }
 
@@ -147,10 +192,7 @@ impl Buf {
     /// `n` bytes at `segment_pointer` are bytes `position..position + n` of that range.
     #[inline]
     fn pieces(&self, offset: usize, len: usize, mut f: impl FnMut(*mut u8, usize, usize)) {
-        let segs: &[Seg] = match self {
-            Buf::Contig(s) => std::slice::from_ref(s),
-            Buf::Iov(v) => v,
-        };
+        let segs = self.segs();
         let mut skip = offset;
         let mut done = 0;
         for s in segs {
@@ -438,6 +480,26 @@ mod tests {
         // Every posted receive and queued send is one of these, moved into and out of the
         // request table: rarely used parts stay boxed.
         assert!(std::mem::size_of::<ReqState>() <= 160, "{}", std::mem::size_of::<ReqState>());
+    }
+
+    #[test]
+    fn iov_lists_of_a_few_pieces_come_from_the_pool() {
+        let pool: SegPool = ObjPool::new(4, usize::MAX).unwrap();
+        let mut bytes = [0u8; 64];
+        let p = bytes.as_mut_ptr();
+        let piece = |i: usize, n: usize| Seg { ptr: p.wrapping_add(i * 8), len: n };
+        let few = Buf::iov(&pool, (0..3).map(|i| piece(i, 4)));
+        assert!(matches!(few, Buf::IovPooled(_)));
+        assert_eq!((few.len(), few.contig().is_none()), (12, true));
+        assert_eq!(pool.num_elems() - pool.num_free(), 1);
+        // SAFETY: every piece lies within `bytes`, alive and not otherwise borrowed here.
+        unsafe { few.copy_in(0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]) };
+        assert_eq!(&bytes[..20], &[1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8, 0, 0, 0, 0, 9, 10, 11, 12]);
+        drop(few);
+        assert_eq!(pool.num_elems(), pool.num_free(), "the slot went back");
+        let many = Buf::iov(&pool, (0..POOLED_SEGS + 1).map(|i| piece(i % 8, 1)));
+        assert!(matches!(many, Buf::Iov(_)));
+        assert_eq!(many.len(), POOLED_SEGS + 1);
     }
 
     #[test]

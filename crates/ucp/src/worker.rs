@@ -29,7 +29,7 @@ use crate::context::{Context, Features};
 use crate::core::Core;
 use crate::ep::EpInfo;
 use crate::mem::MemHandle;
-use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg};
+use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg, SegPool};
 use crate::tag::proto::RecvOut;
 use crate::tag::Tag;
 use crate::wakeup::Wakeup;
@@ -322,7 +322,7 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param)? };
+        let out = unsafe { e.core.tag_recv(data.into_buf(&e.core.seg_pool)?, tag, mask, param)? };
         Ok(self.recv_result(out))
     }
 
@@ -409,7 +409,7 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.msg_recv(data.into_buf()?, msg.id, param)? };
+        let out = unsafe { e.core.msg_recv(data.into_buf(&e.core.seg_pool)?, msg.id, param)? };
         Ok(self.recv_result(out))
     }
 
@@ -507,10 +507,10 @@ pub enum RecvData<'a> {
 
 impl RecvData<'_> {
     #[inline]
-    fn into_buf(self) -> UcsResult<Buf> {
+    fn into_buf(self, segs: &SegPool) -> UcsResult<Buf> {
         Ok(match self {
             RecvData::Contig(s) => Buf::Contig(Seg { ptr: s.as_mut_ptr(), len: s.len() }),
-            RecvData::Iov(v) => iov_buf(v)?,
+            RecvData::Iov(v) => iov_buf(v, segs)?,
         })
     }
 }
@@ -526,16 +526,16 @@ pub enum SendData<'a> {
 
 impl SendData<'_> {
     #[inline]
-    fn into_buf(self) -> UcsResult<Buf> {
+    fn into_buf(self, segs: &SegPool) -> UcsResult<Buf> {
         Ok(match self {
             SendData::Contig(s) => Buf::Contig(Seg { ptr: s.as_ptr() as *mut u8, len: s.len() }),
-            SendData::Iov(v) => iov_buf(v)?,
+            SendData::Iov(v) => iov_buf(v, segs)?,
         })
     }
 }
 
 #[inline(never)]
-fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
+fn iov_buf(v: &[IoVec], segs: &SegPool) -> UcsResult<Buf> {
     let mut total = 0usize;
     for x in v {
         if x.buffer.is_null() && x.length != 0 {
@@ -550,7 +550,7 @@ fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
     Ok(match v {
         // One piece is a contiguous buffer: no segment list to allocate.
         [x] => Buf::Contig(Seg { ptr: x.buffer, len: x.length }),
-        _ => Buf::Iov(v.iter().map(|x| Seg { ptr: x.buffer, len: x.length }).collect()),
+        _ => Buf::iov(segs, v.iter().map(|x| Seg { ptr: x.buffer, len: x.length })),
     })
 }
 
@@ -645,7 +645,7 @@ impl Endpoint {
     ) -> UcsResult<Option<Request<'_>>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param)? };
+        let r = unsafe { e.core.tag_send(self.id, data.into_buf(&e.core.seg_pool)?, tag, sync, param)? };
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
 
