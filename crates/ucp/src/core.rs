@@ -19,12 +19,12 @@ use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
 use crate::request::{Callback, RecvInfo, ReqKind, ReqState, SegArr, SegPool, ZcPool, ZcState, ZC_POOL_CHUNK};
+use crate::tag::{Tag, TagMatcher, UnexpHandle};
+use crate::wire::{self, Reader};
 
 /// Size of the buffers of [`Core::kept_msgs`]: the longest `am_short` message of posix/sysv
 /// (120 bytes), rc and ud fits; a longer borrowed message (from `self`) is copied to the heap.
 const KEPT_MSG_SIZE: usize = 256;
-use crate::tag::{Tag, TagMatcher, UnexpHandle};
-use crate::wire::{self, Reader};
 
 /// One opened interface of the worker.
 pub struct WorkerIface {

@@ -294,7 +294,7 @@ pub(crate) struct ZcState {
 /// once the pool has grown.
 pub(crate) type ZcPool = std::rc::Rc<ObjPool<ZcState>>;
 
-/// Slots the [`ZcPool`] adds at a time.
+/// Slots the worker's object pools ([`ZcPool`], [`SegPool`]) add at a time.
 pub(crate) const ZC_POOL_CHUNK: usize = 64;
 
 /// The zero-copy state of a request, taken from `pool` on first use.

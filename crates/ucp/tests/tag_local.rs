@@ -18,6 +18,16 @@ fn ctx(tls: &str, extra: &[(&str, &str)]) -> Context {
     Context::new(&p).unwrap()
 }
 
+/// Two workers of one context over posix + cma (with `extra` configuration), and an endpoint
+/// from the first to the second.
+fn two_workers(extra: &[(&str, &str)]) -> (Worker, Worker, Endpoint) {
+    let c = ctx("posix,cma", extra);
+    let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
+    let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
+    let ep = a.ep_create(b.address()).unwrap();
+    (a, b, ep)
+}
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -154,10 +164,7 @@ fn two_workers_every_protocol() {
         ("am", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "am")]),
         ("all rndv", vec![("RNDV_THRESH", "0")]),
     ] {
-        let c = ctx("posix,cma", &extra);
-        let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
-        let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
-        let ep = a.ep_create(b.address()).unwrap();
+        let (a, b, ep) = two_workers(&extra);
         let q = ep.query().unwrap();
         assert!(q.lanes.iter().any(|l| l.usage == "am" && l.transport == "posix"), "{q:?}");
         assert!(q.lanes.iter().any(|l| l.usage == "rndv" && l.transport == "cma"), "{q:?}");
@@ -190,10 +197,7 @@ fn two_workers_every_protocol() {
 #[test]
 fn truncation_eager_and_rndv() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = ctx("posix,cma", &[("RNDV_THRESH", "4096")]);
-    let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
-    let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
-    let ep = a.ep_create(b.address()).unwrap();
+    let (a, b, ep) = two_workers(&[("RNDV_THRESH", "4096")]);
     for n in [100usize, 3000, 10000, 100_000] {
         let data = pattern(n, 1);
         let mut small = vec![0xeeu8; n / 2 + 64];
@@ -235,10 +239,7 @@ fn progress_until(a: &Worker, b: &Worker, what: &str, mut done: impl FnMut() -> 
 #[test]
 fn a_full_fifo_parks_sends_and_replays_them_in_order() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = ctx("posix,cma", &[("RNDV_THRESH", "16384")]);
-    let a = Worker::new(&c, &WorkerParams::new("a")).unwrap();
-    let b = Worker::new(&c, &WorkerParams::new("b")).unwrap();
-    let ep = a.ep_create(b.address()).unwrap();
+    let (a, b, ep) = two_workers(&[("RNDV_THRESH", "16384")]);
     // Wired up first: sends before that queue behind the wireup, not behind the FIFO.
     round_trip(&ep, &a, &b, b"wireup", 8, false).unwrap();
     const N: usize = 600;
