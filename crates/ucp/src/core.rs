@@ -180,16 +180,8 @@ pub(crate) fn new_uuid() -> u64 {
     x ^ (x >> 31)
 }
 
-/// What remains of completing a request once the request table is released: the callbacks
-/// to run, the future to wake, and a user's buffer to drop.
-pub(crate) enum Completed {
-    /// The common case: at most the allocation-free callback.
-    Plain { status: Status, info: RecvInfo, cb_fn: Option<(crate::request::CallbackFn, usize)> },
-    /// A boxed callback, a waker or an owned buffer as well.
-    Full(CompletedFull),
-}
-
-/// [`Completed::Full`].
+/// What remains of completing a request that had more than a plain callback, once the request
+/// table is released: the callbacks to run, the future to wake, and a user's buffer to drop.
 pub(crate) struct CompletedFull {
     status: Status,
     info: RecvInfo,
@@ -197,22 +189,6 @@ pub(crate) struct CompletedFull {
     callback: Option<Callback>,
     waker: Option<std::task::Waker>,
     owned: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl Completed {
-    /// Drops the user's buffer, runs the callbacks and wakes the future (nothing of the worker
-    /// may be borrowed).
-    #[inline(always)]
-    pub fn run(self) {
-        match self {
-            Completed::Plain { status, info, cb_fn } => {
-                if let Some((f, data)) = cb_fn {
-                    f(status, info, data);
-                }
-            }
-            Completed::Full(c) => c.run(),
-        }
-    }
 }
 
 impl CompletedFull {
@@ -232,55 +208,15 @@ impl CompletedFull {
     }
 }
 
-/// Marks request `id` complete with `status` inside the borrowed table (once: `None` when it
-/// is gone or already complete) and frees it if the user released it. The protocol state
-/// (registrations, keys) is dropped here, having no effect on the core; what may call back into
-/// the worker (callbacks, a waker, a user's buffer) comes out in the returned [`Completed`].
-#[inline(always)]
-pub(crate) fn complete_in(reqs: &mut IdTable<ReqState>, id: Id, status: Status) -> Option<Completed> {
-    complete_with(reqs, id, |_| Some(status))
-}
-
-/// [`complete_in`] with the status from `fill`, which sees the request first (to deliver data
-/// into it) under the same lookup; `fill` returning `None` leaves the request as it was.
-#[inline(always)]
-pub(crate) fn complete_with(
-    reqs: &mut IdTable<ReqState>,
-    id: Id,
-    fill: impl FnOnce(&mut ReqState) -> Option<Status>,
-) -> Option<Completed> {
+/// [`Core::complete_with`] for a request still held, or with a callback, waker or owned
+/// buffer: marks it complete with `status` inside the borrowed table and frees it if the user
+/// released it; what may call back into the worker comes out in the returned
+/// [`CompletedFull`].
+fn complete_rest(reqs: &mut IdTable<ReqState>, id: Id, status: Status) -> Option<CompletedFull> {
     let r = reqs.get_mut(id)?;
-    if r.status != Status::InProgress {
-        return None;
-    }
-    let status = fill(r)?;
     r.status = status;
     let info = r.info;
     let cb_fn = r.cb_fn.take();
-    if r.released && r.ext.is_none() {
-        // The common case: a request the user let go of, with at most a plain callback.
-        if r.owns_nothing() {
-            reqs.discard_owning_nothing(id);
-        } else {
-            reqs.discard(id);
-        }
-        return Some(Completed::Plain { status, info, cb_fn });
-    }
-    Some(complete_rest(reqs, id, status, info, cb_fn))
-}
-
-/// [`complete_in`] for a request still held, or with a callback, waker or owned buffer.
-#[inline(never)]
-fn complete_rest(
-    reqs: &mut IdTable<ReqState>,
-    id: Id,
-    status: Status,
-    info: RecvInfo,
-    cb_fn: Option<(crate::request::CallbackFn, usize)>,
-) -> Completed {
-    let Some(r) = reqs.get_mut(id) else {
-        return Completed::Plain { status, info, cb_fn };
-    };
     let (callback, waker, owned) = if r.released {
         let taken = r.take_ext();
         reqs.discard(id);
@@ -293,7 +229,7 @@ fn complete_rest(
             None => (None, None, None),
         }
     };
-    Completed::Full(CompletedFull { status, info, cb_fn, callback, waker, owned })
+    Some(CompletedFull { status, info, cb_fn, callback, waker, owned })
 }
 
 fn record_of(i: &WorkerIface) -> IfaceRecord {
@@ -514,7 +450,44 @@ impl Core {
     /// and wakes its future. Nothing is borrowed while they run.
     #[inline]
     pub fn finish(&self, id: Id, status: Status) {
-        let done = complete_in(&mut self.reqs.borrow_mut(), id, status);
+        self.complete_with(id, |_| Some(status));
+    }
+
+    /// [`Self::finish`] with the status from `fill`, which sees the request first (to deliver
+    /// data into it) under the same lookup; `fill` returning `None` leaves the request as it
+    /// was. The protocol state (registrations, keys) is dropped with the request; callbacks,
+    /// the waker and a user's buffer only once the request table is released.
+    #[inline(always)]
+    pub fn complete_with(&self, id: Id, fill: impl FnOnce(&mut ReqState) -> Option<Status>) {
+        let mut reqs = self.reqs.borrow_mut();
+        let Some(r) = reqs.get_mut(id) else { return };
+        if r.status != Status::InProgress {
+            return;
+        }
+        let Some(status) = fill(r) else { return };
+        if !(r.released && r.ext.is_none()) {
+            drop(reqs);
+            return self.complete_full(id, status);
+        }
+        // The common case: a request the user let go of, with at most a plain callback.
+        let info = r.info;
+        let cb_fn = r.cb_fn;
+        if r.owns_nothing() {
+            reqs.discard_owning_nothing(id);
+        } else {
+            reqs.discard(id);
+        }
+        drop(reqs);
+        if let Some((f, data)) = cb_fn {
+            f(status, info, data);
+        }
+    }
+
+    /// [`Self::complete_with`] for a request still held, or with a callback, waker or owned
+    /// buffer.
+    #[inline(never)]
+    fn complete_full(&self, id: Id, status: Status) {
+        let done = complete_rest(&mut self.reqs.borrow_mut(), id, status);
         if let Some(d) = done {
             d.run();
         }

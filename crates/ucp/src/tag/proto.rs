@@ -885,7 +885,11 @@ impl Core {
     /// A whole message for a matched receive.
     #[inline]
     fn deliver_whole(&self, rid: Id, tag: Tag, payload: &[u8], sync: Option<(u64, u64)>) {
-        let done = crate::core::complete_with(&mut self.reqs.borrow_mut(), rid, |r| {
+        // Matched: the sender's sync request may complete.
+        if let Some((ep, sreq)) = sync {
+            self.sync_ack(ep, sreq);
+        }
+        self.complete_with(rid, |r| {
             let ReqKind::Recv(rr) = &mut r.kind else { return None };
             rr.posted = None;
             let status = if payload.len() > rr.buf.len() {
@@ -898,12 +902,6 @@ impl Core {
             r.info = RecvInfo { length: payload.len(), sender_tag: tag };
             Some(status)
         });
-        if let Some((ep, sreq)) = sync {
-            self.sync_ack(ep, sreq);
-        }
-        if let Some(d) = done {
-            d.run();
-        }
     }
 
     #[inline(always)]
