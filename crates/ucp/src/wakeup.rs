@@ -74,10 +74,11 @@ impl Wakeup {
         Ok(self.signal.drain()? > 0)
     }
 
-    /// Consumes keepalive timer expirations; true if it fired.
+    /// Consumes keepalive timer expirations; true if it fired. No system call before the
+    /// next expiry.
     pub fn take_timer(&self) -> UcsResult<bool> {
         match &self.keepalive {
-            Some(t) => Ok(t.drain()? > 0),
+            Some(t) => Ok(t.drain_if_due()? > 0),
             None => Ok(false),
         }
     }

@@ -356,6 +356,11 @@ impl AsRawFd for EventFd {
 #[derive(Debug)]
 pub struct TimerFd {
     fd: OwnedFd,
+    /// The time `due_ns` counts from.
+    origin: std::time::Instant,
+    /// Nanoseconds after `origin` before which the timer cannot have fired since the last
+    /// drain ([`TimerFd::drain_if_due`]).
+    due_ns: std::sync::atomic::AtomicU64,
 }
 
 impl TimerFd {
@@ -373,14 +378,39 @@ impl TimerFd {
             tv_nsec: interval.subsec_nanos() as libc::c_long,
         };
         let spec = libc::itimerspec { it_interval: ts, it_value: ts };
+        let origin = std::time::Instant::now();
         // SAFETY: `spec` is a valid itimerspec for the call; the old value is not requested.
         cvt(unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) })?;
-        Ok(TimerFd { fd })
+        Ok(TimerFd { fd, origin, due_ns: std::sync::atomic::AtomicU64::new(0) })
     }
 
     /// Returns how many times the timer fired since the last call (0: not yet).
     pub fn drain(&self) -> UcsResult<u64> {
         read_counter(&self.fd)
+    }
+
+    /// [`TimerFd::drain`] without a system call while the timer cannot have fired: `Ok(0)`
+    /// before the next expiry the kernel reported at the last drain. For a loop that drains
+    /// before every sleep, such as arming a worker's wakeup.
+    pub fn drain_if_due(&self) -> UcsResult<u64> {
+        use std::sync::atomic::Ordering;
+        let since =
+            |t: std::time::Instant| t.saturating_duration_since(self.origin).as_nanos().min(u64::MAX as u128) as u64;
+        if since(std::time::Instant::now()) < self.due_ns.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let n = self.drain()?;
+        // The kernel's time to the next expiry, counted from before the call: never later than
+        // the real expiry (both clocks are CLOCK_MONOTONIC), so no expiry is left unread.
+        let before = since(std::time::Instant::now());
+        // SAFETY: an all-zero itimerspec is a valid value to overwrite.
+        let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+        // SAFETY: valid timer descriptor and a valid itimerspec to fill.
+        if unsafe { libc::timerfd_gettime(self.fd.as_raw_fd(), &mut cur) } == 0 {
+            let left = cur.it_value.tv_sec.max(0) as u64 * 1_000_000_000 + cur.it_value.tv_nsec.max(0) as u64;
+            self.due_ns.store(before.saturating_add(left), Ordering::Relaxed);
+        }
+        Ok(n)
     }
 }
 
@@ -426,6 +456,22 @@ mod tests {
         assert!(t.drain().unwrap() >= 1);
         // Fires again after being drained.
         assert_eq!(set.wait(Some(Duration::from_secs(5)), |tok, _| assert_eq!(tok, 3)).unwrap(), 1);
+    }
+
+    #[test]
+    fn timer_drained_when_due_is_never_left_readable() {
+        let set = EventSet::new().unwrap();
+        let t = TimerFd::periodic(Duration::from_millis(3)).unwrap();
+        set.add(t.as_raw_fd(), Events::READ, 7).unwrap();
+        // Not due yet: nothing to take, and the descriptor stays quiet.
+        assert_eq!(t.drain_if_due().unwrap(), 0);
+        for round in 0..5 {
+            // Whenever the descriptor is readable, the timer is due: draining takes the
+            // expiry and the descriptor is quiet again (else a sleeper would spin).
+            assert_eq!(set.wait(Some(Duration::from_secs(5)), |tok, _| assert_eq!(tok, 7)).unwrap(), 1);
+            assert!(t.drain_if_due().unwrap() >= 1, "round {round}: a readable timer was not drained");
+            assert_eq!(set.wait(Some(Duration::ZERO), |_, _| {}).unwrap(), 0, "round {round}");
+        }
     }
 
     #[test]

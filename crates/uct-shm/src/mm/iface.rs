@@ -366,7 +366,13 @@ impl Iface for MmIface {
         if !events.intersects(EventFlags::RECV | EventFlags::RECV_SIG) {
             return Ok(());
         }
-        self.inner.signal_rx.drain();
-        self.inner.rx.borrow().consumer.arm()
+        self.inner.rx.borrow().consumer.arm()?;
+        // A signal waiting in the socket (from a producer that found the FIFO armed before
+        // the messages were polled) would wake the sleeper at once: take it, and have the
+        // caller progress and arm again instead, as UCX does.
+        if self.inner.signal_rx.take_one() {
+            return Err(Status::Busy);
+        }
+        Ok(())
     }
 }

@@ -70,15 +70,11 @@ impl SignalSocket {
         };
     }
 
-    /// Consumes every pending signal; returns how many there were.
-    pub fn drain(&self) -> usize {
-        let mut n = 0;
+    /// Consumes one pending signal, if there is one.
+    pub fn take_one(&self) -> bool {
         let mut b = [0u8; 8];
         // SAFETY: valid socket and buffer; non-blocking.
-        while unsafe { libc::recv(self.fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) } >= 0 {
-            n += 1;
-        }
-        n
+        unsafe { libc::recv(self.fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) >= 0 }
     }
 
     /// The descriptor (readable when a signal arrived).
