@@ -18,7 +18,7 @@ use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
-use crate::request::{Callback, RecvInfo, ReqKind, ReqState, SegArr, SegPool, ZcPool, ZcState, ZC_POOL_CHUNK};
+use crate::request::{Callback, RecvInfo, ReqKind, ReqState, ZcPool, ZcState, ZC_POOL_CHUNK};
 use crate::tag::{Tag, TagMatcher, UnexpHandle};
 use crate::wire::{self, Reader};
 
@@ -158,8 +158,6 @@ pub(crate) struct Core {
     pub keepalive_cursor: Cell<usize>,
     /// Zero-copy state of requests.
     pub zc_pool: ZcPool,
-    /// Iov lists of operations on buffers of a few pieces.
-    pub seg_pool: SegPool,
     /// Buffers for unexpected messages that arrived inline in a transport's receive buffer
     /// (`am_short`) and are too long for the descriptor itself: kept without allocating.
     pub kept_msgs: Rc<ucs::mpool::MemPool>,
@@ -256,7 +254,6 @@ impl Core {
         let mut result = Ok(());
         let keepalive_ns = ctx.config().keepalive_interval.as_nanos().min(u64::MAX as u128) as u64;
         let zc_pool = ucs::mpool::ObjPool::<ZcState>::new(ZC_POOL_CHUNK, usize::MAX)?;
-        let seg_pool = ucs::mpool::ObjPool::<SegArr>::new(ZC_POOL_CHUNK, usize::MAX)?;
         let mut kp = ucs::mpool::MpoolParams::new(KEPT_MSG_SIZE);
         kp.elems_per_chunk = 64;
         kp.name = "ucp_kept_msgs";
@@ -353,7 +350,6 @@ impl Core {
                 keepalive_due: Cell::new(ucs::time::now().saturating_add(keepalive_ns)),
                 keepalive_cursor: Cell::new(0),
                 zc_pool,
-                seg_pool,
                 kept_msgs,
                 zc_comps: RefCell::new(Vec::new()),
                 address,

@@ -50,6 +50,7 @@ pub type CallbackFn = fn(Status, RecvInfo, usize);
 
 /// One buffer of an iov datatype (`ucp_dt_iov_t`).
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct IoVec {
     /// Start.
     pub buffer: *mut u8,
@@ -113,52 +114,42 @@ impl RequestParam {
     }
 }
 
-/// A contiguous piece of user memory.
+/// A contiguous piece of user memory; laid out as [`IoVec`], so a caller's iov list is read in
+/// place.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub(crate) struct Seg {
     pub ptr: *mut u8,
     pub len: usize,
 }
 
-/// Pieces of an iov list kept in a pool slot ([`SegArr`]); longer lists are boxed.
-pub(crate) const POOLED_SEGS: usize = 8;
-
-/// An iov list of up to [`POOLED_SEGS`] pieces.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SegArr {
-    pub len: usize,
-    pub segs: [Seg; POOLED_SEGS],
-}
-
-/// The worker's pool of iov lists: an operation on an iov buffer of a few pieces allocates
-/// nothing once the pool has grown.
-pub(crate) type SegPool = std::rc::Rc<ObjPool<SegArr>>;
+const _: () = {
+    assert!(std::mem::size_of::<Seg>() == std::mem::size_of::<IoVec>());
+    assert!(std::mem::align_of::<Seg>() == std::mem::align_of::<IoVec>());
+    assert!(std::mem::offset_of!(Seg, ptr) == std::mem::offset_of!(IoVec, buffer));
+    assert!(std::mem::offset_of!(Seg, len) == std::mem::offset_of!(IoVec, length));
+};
 
 /// User data of an operation: contiguous or iov.
 #[derive(Debug)]
 pub(crate) enum Buf {
     Contig(Seg),
-    /// An iov list in a slot of the worker's [`SegPool`].
-    IovPooled(PoolBox<SegArr>),
-    /// A longer iov list.
-    Iov(Box<[Seg]>),
+    /// The caller's iov list of two or more pieces, read in place: as for `ucp_dt_iov_t` in
+    /// UCX, the raw API's caller keeps the list valid and unchanged until the operation
+    /// completes. Nothing is copied or allocated, whatever the list's length.
+    Iov {
+        list: *const Seg,
+        n: usize,
+    },
 }
 
 impl Buf {
-    /// An iov buffer of `pieces` (two or more; one piece is [`Buf::Contig`]): in a slot of
-    /// `pool` when it fits one, else boxed.
-    pub fn iov(pool: &SegPool, pieces: impl ExactSizeIterator<Item = Seg>) -> Buf {
-        if pieces.len() > POOLED_SEGS {
-            return Buf::Iov(pieces.collect());
-        }
-        let mut arr = SegArr { len: pieces.len(), segs: [Seg { ptr: std::ptr::null_mut(), len: 0 }; POOLED_SEGS] };
-        for (d, s) in arr.segs.iter_mut().zip(pieces) {
-            *d = s;
-        }
-        match pool.get(arr) {
-            Ok(b) => Buf::IovPooled(b),
-            Err(arr) => Buf::Iov(arr.segs[..arr.len].into()),
-        }
+    /// An iov buffer over `list` (two or more pieces; one piece is [`Buf::Contig`]).
+    ///
+    /// # Safety
+    /// `list` must stay valid and unchanged for as long as the returned value is used.
+    pub unsafe fn iov(list: &[IoVec]) -> Buf {
+        Buf::Iov { list: list.as_ptr().cast::<Seg>(), n: list.len() }
     }
 
     /// The pieces.
@@ -166,8 +157,9 @@ impl Buf {
     fn segs(&self) -> &[Seg] {
         match self {
             Buf::Contig(s) => std::slice::from_ref(s),
-            Buf::IovPooled(a) => &a.segs[..a.len],
-            Buf::Iov(v) => v,
+            // SAFETY: the caller's list, valid while the operation lasts (`Buf::iov`), of
+            // `IoVec`s, which have `Seg`'s layout (asserted above).
+            Buf::Iov { list, n } => unsafe { std::slice::from_raw_parts(*list, *n) },
         }
     }
 
@@ -294,7 +286,7 @@ pub(crate) struct ZcState {
 /// once the pool has grown.
 pub(crate) type ZcPool = std::rc::Rc<ObjPool<ZcState>>;
 
-/// Slots the worker's object pools ([`ZcPool`], [`SegPool`]) add at a time.
+/// Slots the worker's pool of zero-copy states ([`ZcPool`]) adds at a time.
 pub(crate) const ZC_POOL_CHUNK: usize = 64;
 
 /// The zero-copy state of a request, taken from `pool` on first use.
@@ -376,15 +368,15 @@ impl ReqState {
         }
     }
 
-    /// True when dropping this state would free nothing: no extension, no zero-copy state, no
-    /// iov list. A field added to the request that owns memory must be checked here too (else
+    /// True when dropping this state would free nothing: no extension, no zero-copy state (a
+    /// [`Buf`] owns nothing). A field added to the request that owns memory must be checked here too (else
     /// it leaks when a completed request is freed on the fast path).
     #[inline(always)]
     pub fn owns_nothing(&self) -> bool {
         self.ext.is_none()
             && match &self.kind {
-                ReqKind::Recv(r) => r.zc.is_none() && matches!(r.buf, Buf::Contig(_)),
-                ReqKind::Send(s) => s.zc.is_none() && matches!(s.buf, Buf::Contig(_)),
+                ReqKind::Recv(r) => r.zc.is_none(),
+                ReqKind::Send(s) => s.zc.is_none(),
                 ReqKind::Close(_) | ReqKind::Done => true,
             }
     }
@@ -483,23 +475,20 @@ mod tests {
     }
 
     #[test]
-    fn iov_lists_of_a_few_pieces_come_from_the_pool() {
-        let pool: SegPool = ObjPool::new(4, usize::MAX).unwrap();
+    fn iov_buffers_read_the_callers_list_in_place() {
         let mut bytes = [0u8; 64];
         let p = bytes.as_mut_ptr();
-        let piece = |i: usize, n: usize| Seg { ptr: p.wrapping_add(i * 8), len: n };
-        let few = Buf::iov(&pool, (0..3).map(|i| piece(i, 4)));
-        assert!(matches!(few, Buf::IovPooled(_)));
-        assert_eq!((few.len(), few.contig().is_none()), (12, true));
-        assert_eq!(pool.num_elems() - pool.num_free(), 1);
+        // Longer than any fixed-size copy would hold: still read in place, nothing allocated.
+        let list: Vec<IoVec> = (0..20).map(|i| IoVec { buffer: p.wrapping_add(i * 3), length: 2 }).collect();
+        // SAFETY: `list` outlives `buf`, unchanged.
+        let buf = unsafe { Buf::iov(&list) };
+        assert!(std::ptr::eq(buf.segs().as_ptr().cast::<IoVec>(), list.as_ptr()));
+        assert_eq!((buf.len(), buf.contig().is_none()), (40, true));
+        let data: Vec<u8> = (1..=40).collect();
         // SAFETY: every piece lies within `bytes`, alive and not otherwise borrowed here.
-        unsafe { few.copy_in(0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]) };
-        assert_eq!(&bytes[..20], &[1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8, 0, 0, 0, 0, 9, 10, 11, 12]);
-        drop(few);
-        assert_eq!(pool.num_elems(), pool.num_free(), "the slot went back");
-        let many = Buf::iov(&pool, (0..POOLED_SEGS + 1).map(|i| piece(i % 8, 1)));
-        assert!(matches!(many, Buf::Iov(_)));
-        assert_eq!(many.len(), POOLED_SEGS + 1);
+        unsafe { buf.copy_in(0, &data) };
+        assert_eq!(&bytes[..6], &[1, 2, 0, 3, 4, 0]);
+        assert_eq!(&bytes[57..60], &[39, 40, 0]);
     }
 
     #[test]
@@ -507,13 +496,13 @@ mod tests {
         let mut a = [0u8; 3];
         let mut b = [0u8; 0];
         let mut c = [0u8; 5];
-        let buf = Buf::Iov(
-            [a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr()]
-                .into_iter()
-                .zip([3, 0, 5])
-                .map(|(ptr, len)| Seg { ptr, len })
-                .collect(),
-        );
+        let list: Vec<IoVec> = [a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr()]
+            .into_iter()
+            .zip([3, 0, 5])
+            .map(|(buffer, length)| IoVec { buffer, length })
+            .collect();
+        // SAFETY: `list` outlives `buf`, unchanged.
+        let buf = unsafe { Buf::iov(&list) };
         assert_eq!(buf.len(), 8);
         // SAFETY: the segments are the three arrays above, alive for the whole test.
         unsafe {

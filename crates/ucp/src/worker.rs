@@ -29,7 +29,7 @@ use crate::context::{Context, Features};
 use crate::core::Core;
 use crate::ep::EpInfo;
 use crate::mem::MemHandle;
-use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg, SegPool};
+use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg};
 use crate::tag::proto::RecvOut;
 use crate::tag::Tag;
 use crate::wakeup::Wakeup;
@@ -311,7 +311,9 @@ impl Worker {
     ///
     /// # Safety
     /// The receive buffer (every iov entry) must stay valid and must not be accessed until the
-    /// request completes (a cancelled receive completes with `Canceled`).
+    /// request completes (a cancelled receive completes with `Canceled`). An iov list itself
+    /// must stay valid and unchanged until then too, as UCX requires of `ucp_dt_iov_t` lists:
+    /// it is read in place, not copied.
     #[inline]
     pub unsafe fn tag_recv_nbx(
         &self,
@@ -322,7 +324,7 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.tag_recv(data.into_buf(&e.core.seg_pool)?, tag, mask, param)? };
+        let out = unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param)? };
         Ok(self.recv_result(out))
     }
 
@@ -409,7 +411,7 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.msg_recv(data.into_buf(&e.core.seg_pool)?, msg.id, param)? };
+        let out = unsafe { e.core.msg_recv(data.into_buf()?, msg.id, param)? };
         Ok(self.recv_result(out))
     }
 
@@ -507,10 +509,11 @@ pub enum RecvData<'a> {
 
 impl RecvData<'_> {
     #[inline]
-    fn into_buf(self, segs: &SegPool) -> UcsResult<Buf> {
+    fn into_buf(self) -> UcsResult<Buf> {
         Ok(match self {
             RecvData::Contig(s) => Buf::Contig(Seg { ptr: s.as_mut_ptr(), len: s.len() }),
-            RecvData::Iov(v) => iov_buf(v, segs)?,
+            // SAFETY: the caller of the raw API keeps the list valid until completion.
+            RecvData::Iov(v) => unsafe { iov_buf(v)? },
         })
     }
 }
@@ -526,16 +529,21 @@ pub enum SendData<'a> {
 
 impl SendData<'_> {
     #[inline]
-    fn into_buf(self, segs: &SegPool) -> UcsResult<Buf> {
+    fn into_buf(self) -> UcsResult<Buf> {
         Ok(match self {
             SendData::Contig(s) => Buf::Contig(Seg { ptr: s.as_ptr() as *mut u8, len: s.len() }),
-            SendData::Iov(v) => iov_buf(v, segs)?,
+            // SAFETY: the caller of the raw API keeps the list valid until completion.
+            SendData::Iov(v) => unsafe { iov_buf(v)? },
         })
     }
 }
 
+/// Checks an iov list and views it as a buffer.
+///
+/// # Safety
+/// As [`Buf::iov`]: `v` stays valid and unchanged while the buffer is used.
 #[inline(never)]
-fn iov_buf(v: &[IoVec], segs: &SegPool) -> UcsResult<Buf> {
+unsafe fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
     let mut total = 0usize;
     for x in v {
         if x.buffer.is_null() && x.length != 0 {
@@ -548,9 +556,10 @@ fn iov_buf(v: &[IoVec], segs: &SegPool) -> UcsResult<Buf> {
         })?;
     }
     Ok(match v {
-        // One piece is a contiguous buffer: no segment list to allocate.
+        // One piece is a contiguous buffer.
         [x] => Buf::Contig(Seg { ptr: x.buffer, len: x.length }),
-        _ => Buf::iov(segs, v.iter().map(|x| Seg { ptr: x.buffer, len: x.length })),
+        // SAFETY: forwarded from the caller.
+        _ => unsafe { Buf::iov(v) },
     })
 }
 
@@ -606,7 +615,7 @@ impl Endpoint {
     ///
     /// # Safety
     /// The send buffer (every iov entry) must stay valid and unmodified until the request
-    /// completes.
+    /// completes, and so must an iov list itself (read in place, as in UCX).
     #[inline]
     pub unsafe fn tag_send_nbx(
         &self,
@@ -645,7 +654,7 @@ impl Endpoint {
     ) -> UcsResult<Option<Request<'_>>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let r = unsafe { e.core.tag_send(self.id, data.into_buf(&e.core.seg_pool)?, tag, sync, param)? };
+        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param)? };
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
 
