@@ -135,3 +135,54 @@ fn posix_wakeup() {
 fn sysv_wakeup() {
     wakeup("sysv");
 }
+
+/// A handler that progresses or arms its own interface (which UCX does not allow) gets nothing
+/// from the nested call and no panic: the receive side is busy handling it. The messages behind
+/// it are handled once, in order, by the outer progress.
+fn reentrant_handler(tl: &str) {
+    if kit::agent_requested() {
+        return;
+    }
+    let _turn = kit::take_turn();
+    use std::cell::RefCell;
+    use std::rc::{Rc, Weak};
+    use uct::{EpParams, EventFlags, Iface, IfaceParams, Outcome, Status, Worker};
+    uct_shm::register();
+    let worker = Worker::default();
+    let name = format!("{tl}/memory");
+    let (_md, rx) = uct::iface_open_by_name(&worker, &name, IfaceParams::default()).unwrap();
+    let rx: Rc<dyn Iface> = rx.into();
+    let (_md2, tx) = uct::iface_open_by_name(&worker, &name, IfaceParams::default()).unwrap();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let (me, log): (Weak<dyn Iface>, _) = (Rc::downgrade(&rx), seen.clone());
+    rx.set_am_handler(
+        1,
+        Some(Rc::new(move |m: uct::AmRecv<'_>| {
+            let iface = me.upgrade().unwrap();
+            let nested = (iface.progress(), iface.event_arm(EventFlags::RECV));
+            log.borrow_mut().push((m.data()[0], nested));
+        })),
+    )
+    .unwrap();
+    let ep = tx.ep_create(&EpParams::to_iface(&rx.device_address(), &rx.iface_address())).unwrap();
+    for i in 0..3u8 {
+        assert_eq!(ep.am_short(1, i as u64, &[]), Ok(Outcome::Done(())));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while seen.borrow().len() < 3 {
+        rx.progress();
+        assert!(std::time::Instant::now() < deadline, "{tl}: messages lost");
+    }
+    let want: Vec<_> = (0..3u8).map(|i| (i, (0, Err(Status::Busy)))).collect();
+    assert_eq!(*seen.borrow(), want, "{tl}");
+}
+
+#[test]
+fn posix_reentrant_handler() {
+    reentrant_handler("posix");
+}
+
+#[test]
+fn sysv_reentrant_handler() {
+    reentrant_handler("sysv");
+}

@@ -310,6 +310,8 @@ pub struct Consumer {
     fifo: Fifo,
     read_index: u64,
     release_mask: u64,
+    /// The element of `read_index`, moved along with it (no slot arithmetic per access).
+    cur: NonNull<ElemHeader>,
 }
 
 impl Consumer {
@@ -320,7 +322,8 @@ impl Consumer {
             tracing::error!(release_batch, "FIFO release batch must be a power of two <= FIFO size");
             return Err(Status::InvalidParam);
         }
-        Ok(Consumer { fifo, read_index: 0, release_mask: release_batch as u64 - 1 })
+        let cur = fifo.elem(0);
+        Ok(Consumer { fifo, read_index: 0, release_mask: release_batch as u64 - 1, cur })
     }
 
     /// The FIFO.
@@ -331,7 +334,7 @@ impl Consumer {
     /// The element at the read index, if published.
     #[inline]
     pub fn peek(&self) -> Option<RxElem> {
-        let e = self.fifo.elem(self.read_index).as_ptr();
+        let e = self.cur.as_ptr();
         // SAFETY: `e` is an element of the live FIFO. The acquire load pairs with the
         // producer's release store, so the header fields read next are the published ones.
         unsafe {
@@ -352,7 +355,7 @@ impl Consumer {
     /// reading the header, for the idle poll.
     #[inline]
     pub fn ready(&self) -> bool {
-        let e = self.fifo.elem(self.read_index).as_ptr();
+        let e = self.cur.as_ptr();
         // SAFETY: `e` is an element of the live FIFO; only its atomic flags are read.
         let flags = unsafe { (*e).flags.load(Ordering::Acquire) };
         flags & ELEM_FLAG_OWNER == self.fifo.owner_bit(self.read_index)
@@ -363,7 +366,18 @@ impl Consumer {
     /// written yet, and fetching it early only takes its line from the producer.
     #[inline]
     pub fn prefetch_next(&self) {
-        prefetch(self.fifo.elem(self.read_index + 1).as_ptr().cast(), false);
+        prefetch(self.next_elem().as_ptr().cast(), false);
+    }
+
+    /// The element after the one at the read index.
+    #[inline]
+    fn next_elem(&self) -> NonNull<ElemHeader> {
+        if self.index_slot() + 1 == self.fifo.layout.fifo_size as usize {
+            self.fifo.elem(0)
+        } else {
+            // SAFETY: not the last slot, so the next element lies within the FIFO.
+            unsafe { self.cur.cast::<u8>().add(self.fifo.layout.elem_size as usize).cast() }
+        }
     }
 
     /// The slot (element index) of the read index.
@@ -376,14 +390,14 @@ impl Consumer {
     #[inline]
     pub fn inline_ptr(&self) -> *const u8 {
         // SAFETY: inline data follows the header within the element.
-        unsafe { self.fifo.elem(self.read_index).as_ptr().cast::<u8>().add(ELEM_HEADER_SIZE) }
+        unsafe { self.cur.as_ptr().cast::<u8>().add(ELEM_HEADER_SIZE) }
     }
 
     /// Gives the element at the read index a new receive descriptor (after its handler kept
     /// the old one); producers see it once the slot is released.
     #[inline]
     pub fn set_desc_offset(&self, offset: u32) {
-        let e = self.fifo.elem(self.read_index).as_ptr();
+        let e = self.cur.as_ptr();
         // SAFETY: the element is owned by the consumer until released.
         unsafe { std::ptr::addr_of_mut!((*e).desc_offset).write_volatile(offset) };
     }
@@ -391,6 +405,7 @@ impl Consumer {
     /// Moves past the element at the read index, releasing a batch of slots when complete.
     #[inline]
     pub fn advance(&mut self) {
+        self.cur = self.next_elem();
         self.read_index += 1;
         if self.read_index & self.release_mask == 0 {
             self.fifo.ctl().tail.store(self.read_index, Ordering::Release);

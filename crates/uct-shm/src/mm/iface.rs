@@ -103,8 +103,12 @@ impl Inner {
         (buf.as_ptr() as usize - self.seg.base().as_ptr() as usize) as u32
     }
 
+    /// Handles up to `max_poll` published elements. The receive side stays borrowed while the
+    /// handlers run (they may send, not progress): a progress call from inside a handler finds
+    /// it borrowed and polls nothing here.
     fn poll_rx(&self) -> usize {
-        let mut rx = self.rx.borrow_mut();
+        let Ok(mut rx) = self.rx.try_borrow_mut() else { return 0 };
+        let rx = &mut *rx;
         let mut n = 0;
         while n < self.cfg.max_poll {
             let Some(e) = rx.consumer.peek() else { break };
@@ -112,46 +116,50 @@ impl Inner {
                 // A second message in one poll: they are streaming in.
                 rx.consumer.prefetch_next();
             }
-            let slot = rx.consumer.index_slot();
-            let len = e.length as usize;
-            if e.am_id >= AM_ID_MAX {
-                tracing::warn!(am_id = e.am_id, "{}: dropped a message with an invalid AM id", self.comp.name);
-            } else if e.inline {
+            // Copies of the header fields (taken once from shared memory by `peek`), kept in
+            // registers: the warnings below only borrow them on their cold paths.
+            let (am_id, len, inline) = (e.am_id, e.length as usize, e.inline);
+            if am_id >= AM_ID_MAX {
+                tracing::warn!(am_id, "{}: dropped a message with an invalid AM id", self.comp.name);
+            } else if inline {
                 if len > self.cfg.layout.max_inline() {
                     tracing::warn!(len, "{}: dropped an inline message longer than the element", self.comp.name);
                 } else {
                     // SAFETY: `len` bytes of inline data lie within the published element, which
                     // stays ours (no producer may claim the slot) until `advance` releases it.
                     let data = unsafe { std::slice::from_raw_parts(rx.consumer.inline_ptr(), len) };
-                    drop(rx);
-                    let _ = self.am.invoke(e.am_id, AmRecv::borrowed(data));
-                    rx = self.rx.borrow_mut();
+                    let _ = self.am.invoke(am_id, AmRecv::borrowed(data));
                 }
             } else if len > self.cfg.seg_size {
                 tracing::warn!(len, "{}: dropped a bcopy message longer than a descriptor", self.comp.name);
             } else {
-                let mut lent = rx.lent[slot].take();
-                drop(rx);
-                if self.descs.num_free() > 0 {
-                    let _ = self.am.invoke(e.am_id, AmRecv::from_desc(&mut lent, 0, len));
-                } else if let Some(b) = lent.as_ref() {
-                    // No spare descriptor to swap in: the handler gets a copy to keep.
-                    let _ = self.am.invoke(e.am_id, AmRecv::borrowed(&b.as_slice()[..len]));
-                }
-                rx = self.rx.borrow_mut();
-                if lent.is_none() {
-                    // Kept: lend the slot a fresh descriptor before releasing it.
-                    lent = self.descs.get_buf();
-                    if let Some(b) = lent.as_ref() {
-                        rx.consumer.set_desc_offset(self.desc_offset(b));
-                    }
-                }
-                rx.lent[slot] = lent;
+                self.bcopy_rx(rx, am_id, len);
             }
             rx.consumer.advance();
             n += 1;
         }
         n
+    }
+
+    /// Hands the descriptor lent to the current element to its handler; lends the slot a fresh
+    /// one if the handler kept it.
+    fn bcopy_rx(&self, rx: &mut Rx, am_id: u8, len: usize) {
+        let slot = rx.consumer.index_slot();
+        let mut lent = rx.lent[slot].take();
+        if self.descs.num_free() > 0 {
+            let _ = self.am.invoke(am_id, AmRecv::from_desc(&mut lent, 0, len));
+        } else if let Some(b) = lent.as_ref() {
+            // No spare descriptor to swap in: the handler gets a copy to keep.
+            let _ = self.am.invoke(am_id, AmRecv::borrowed(&b.as_slice()[..len]));
+        }
+        if lent.is_none() {
+            // Kept: lend the slot a fresh descriptor before releasing it.
+            lent = self.descs.get_buf();
+            if let Some(b) = lent.as_ref() {
+                rx.consumer.set_desc_offset(self.desc_offset(b));
+            }
+        }
+        rx.lent[slot] = lent;
     }
 
     /// Polls the FIFO and serves pending requests. The idle case (nothing published, nothing
@@ -366,7 +374,10 @@ impl Iface for MmIface {
         if !events.intersects(EventFlags::RECV | EventFlags::RECV_SIG) {
             return Ok(());
         }
-        self.inner.rx.borrow().consumer.arm()?;
+        // Borrowed: a handler of this interface is arming from inside progress, which is busy.
+        let Ok(rx) = self.inner.rx.try_borrow() else { return Err(Status::Busy) };
+        rx.consumer.arm()?;
+        drop(rx);
         // A signal waiting in the socket (from a producer that found the FIFO armed before
         // the messages were polled) would wake the sleeper at once: take it, and have the
         // caller progress and arm again instead, as UCX does.
