@@ -456,7 +456,8 @@ impl Core {
     #[inline(always)]
     pub fn complete_with(&self, id: Id, fill: impl FnOnce(&mut ReqState) -> Option<Status>) {
         let mut reqs = self.reqs.borrow_mut();
-        let Some(r) = reqs.get_mut(id) else { return };
+        let Some(mut entry) = reqs.occupied(id) else { return };
+        let r = entry.get_mut();
         if r.status != Status::InProgress {
             return;
         }
@@ -465,13 +466,13 @@ impl Core {
             drop(reqs);
             return self.complete_full(id, status);
         }
-        // The common case: a request the user let go of, with at most a plain callback.
-        let info = r.info;
-        let cb_fn = r.cb_fn;
+        // The common case: a request the user let go of, with at most a plain callback, freed
+        // under the same lookup.
+        let (info, cb_fn) = (r.info, r.cb_fn);
         if r.owns_nothing() {
-            reqs.discard_owning_nothing(id);
+            entry.discard_owning_nothing();
         } else {
-            reqs.discard(id);
+            entry.discard();
         }
         drop(reqs);
         if let Some((f, data)) = cb_fn {

@@ -369,8 +369,8 @@ impl ReqState {
     }
 
     /// True when dropping this state would free nothing: no extension, no zero-copy state (a
-    /// [`Buf`] owns nothing). A field added to the request that owns memory must be checked here too (else
-    /// it leaks when a completed request is freed on the fast path).
+    /// [`Buf`] owns nothing). A field added to the request that owns memory must be checked
+    /// here too (else it leaks when a completed request is freed on the fast path).
     #[inline(always)]
     pub fn owns_nothing(&self) -> bool {
         self.ext.is_none()

@@ -169,39 +169,24 @@ impl<T> IdTable<T> {
     /// The slot's generation is bumped as by [`IdTable::remove`].
     #[inline]
     pub fn discard(&mut self, id: Id) -> bool {
-        self.vacate(id, true)
+        match self.occupied(id) {
+            Some(o) => {
+                o.discard();
+                true
+            }
+            None => false,
+        }
     }
 
-    /// Removes the object `id` names without running its destructor; false if there was none.
-    /// For objects the caller knows own nothing (no heap parts, no handles), where skipping the
-    /// drop glue saves time on a hot path; for anything else, the owned parts leak.
-    #[inline(always)]
-    pub fn discard_owning_nothing(&mut self, id: Id) -> bool {
-        self.vacate(id, false)
-    }
-
-    /// Frees the slot of `id`, dropping its object in place or not at all.
-    #[inline(always)]
-    fn vacate(&mut self, id: Id, run_drop: bool) -> bool {
+    /// The object `id` names, to read or change and then perhaps free under the same lookup.
+    #[inline]
+    pub fn occupied(&mut self, id: Id) -> Option<Occupied<'_, T>> {
         let index = id.index();
-        let Some(slot) = self.slots.get_mut(index as usize).filter(|s| s.generation == id.generation()) else {
-            return false;
-        };
-        if matches!(slot.entry, Entry::Vacant(_)) {
-            return false;
+        let slot = self.slots.get(index as usize).filter(|s| s.generation == id.generation())?;
+        match slot.entry {
+            Entry::Occupied(_) => Some(Occupied { table: self, index }),
+            Entry::Vacant(_) => None,
         }
-        if run_drop {
-            slot.entry = Entry::Vacant(self.free_head);
-        } else {
-            std::mem::forget(std::mem::replace(&mut slot.entry, Entry::Vacant(self.free_head)));
-        }
-        slot.generation = match slot.generation.wrapping_add(1) {
-            0 => 1,
-            g => g,
-        };
-        self.free_head = index;
-        self.len -= 1;
-        true
     }
 
     /// Removes and returns the object `id` names. The slot's generation is bumped, so `id` and
@@ -266,6 +251,65 @@ impl<T> IdTable<T> {
     }
 }
 
+/// A live entry of an [`IdTable`] ([`IdTable::occupied`]): its object, and freeing it, without
+/// looking the id up again.
+pub struct Occupied<'a, T> {
+    table: &'a mut IdTable<T>,
+    /// A slot holding an object (checked when made; the table cannot change meanwhile).
+    index: u32,
+}
+
+impl<T> Occupied<'_, T> {
+    #[inline(always)]
+    fn slot(&mut self) -> &mut Slot<T> {
+        // SAFETY: `index` named an occupied slot when this was made, and the table is borrowed
+        // mutably by `self` since, so it still does.
+        unsafe { self.table.slots.get_unchecked_mut(self.index as usize) }
+    }
+
+    /// The object.
+    #[inline(always)]
+    pub fn get_mut(&mut self) -> &mut T {
+        match &mut self.slot().entry {
+            Entry::Occupied(v) => v,
+            // Made only for an occupied slot (see `slot`).
+            Entry::Vacant(_) => unreachable!("an Occupied entry of a vacant slot"),
+        }
+    }
+
+    /// Removes the object, dropping it in place; its id and every copy stop matching.
+    #[inline(always)]
+    pub fn discard(self) {
+        self.vacate(true)
+    }
+
+    /// [`Occupied::discard`] without running the object's destructor: for objects the caller
+    /// knows own nothing (no heap parts, no handles), where skipping the drop glue saves time
+    /// on a hot path. For anything else, the owned parts leak.
+    #[inline(always)]
+    pub fn discard_owning_nothing(self) {
+        self.vacate(false)
+    }
+
+    #[inline(always)]
+    fn vacate(mut self, run_drop: bool) {
+        let free_head = self.table.free_head;
+        let index = self.index;
+        let slot = self.slot();
+        if run_drop {
+            slot.entry = Entry::Vacant(free_head);
+        } else {
+            std::mem::forget(std::mem::replace(&mut slot.entry, Entry::Vacant(free_head)));
+        }
+        slot.generation = match slot.generation.wrapping_add(1) {
+            0 => 1,
+            g => g,
+        };
+        self.table.free_head = index;
+        self.table.len -= 1;
+    }
+}
+
 impl<T> Default for IdTable<T> {
     fn default() -> Self {
         IdTable::new()
@@ -311,6 +355,27 @@ mod tests {
         let b = t.insert(rc.clone());
         assert_ne!(a, b, "the slot is reused under a new generation");
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn occupied_entries_change_and_free_under_one_lookup() {
+        let mut t = IdTable::new();
+        let rc = std::rc::Rc::new(());
+        let a = t.insert((1, rc.clone()));
+        let b = t.insert((2, rc.clone()));
+        t.occupied(a).unwrap().get_mut().0 = 10;
+        assert_eq!(t.get(a).map(|v| v.0), Some(10));
+        t.occupied(a).unwrap().discard();
+        assert_eq!(std::rc::Rc::strong_count(&rc), 2, "dropped in place");
+        let d = t.insert((4, std::rc::Rc::new(())));
+        let leaked = std::rc::Rc::downgrade(&t.get(d).unwrap().1);
+        t.occupied(d).unwrap().discard_owning_nothing();
+        assert!(leaked.upgrade().is_some() && t.get(d).is_none(), "freed without its destructor");
+        assert!(t.occupied(a).is_none() && t.get(a).is_none(), "the id no longer matches");
+        assert_eq!((t.len(), t.get(b).map(|v| v.0)), (1, Some(2)));
+        let c = t.insert((3, rc.clone()));
+        assert_eq!(c.index(), d.index(), "the last freed slot is reused first");
+        assert!(t.occupied(a).is_none(), "under a new generation");
     }
 
     #[test]
