@@ -228,6 +228,17 @@ impl Buf {
             unsafe { ucs::memory::copy(src.as_ptr(), s.ptr.add(offset), src.len()) };
             return;
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_in_pieces(offset, src) };
+    }
+
+    /// [`Buf::copy_in`] for an iov list, out of line so that the contiguous case stays small
+    /// enough to inline into the receive paths.
+    ///
+    /// # Safety
+    /// As [`Buf::copy_in`].
+    #[inline(never)]
+    unsafe fn copy_in_pieces(&self, offset: usize, src: &[u8]) {
         self.pieces(offset, src.len(), |p, at, n| {
             // SAFETY: as in `copy_out`, with the roles swapped.
             unsafe { ucs::memory::copy(src.as_ptr().add(at), p, n) }
