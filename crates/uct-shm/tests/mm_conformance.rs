@@ -93,20 +93,38 @@ fn sysv_fifo_wrap_across_processes() {
     wrap_around("sysv");
 }
 
-fn wakeup(tl: &str) {
+/// Two interfaces of `tl` in this process, the receiving one shared so handlers can reach it,
+/// and an endpoint from the other to it. `None` in the kit's agent. Holds the turn.
+struct LocalPair {
+    _turn: std::sync::MutexGuard<'static, ()>,
+    _worker: uct::Worker,
+    _mds: [std::rc::Rc<dyn uct::Md>; 2],
+    rx: std::rc::Rc<dyn uct::Iface>,
+    _tx: Box<dyn uct::Iface>,
+    ep: Box<dyn uct::Ep>,
+}
+
+fn local_pair(tl: &str) -> Option<LocalPair> {
     if kit::agent_requested() {
-        return;
+        return None;
     }
     let _turn = kit::take_turn();
-    use std::rc::Rc;
-    use uct::{EpParams, EventFlags, IfaceParams, Outcome, Status, Worker};
     uct_shm::register();
-    let worker = Worker::default();
+    let worker = uct::Worker::default();
     let name = format!("{tl}/memory");
-    let (_md, rx) = uct::iface_open_by_name(&worker, &name, IfaceParams::default()).unwrap();
-    let (_md2, tx) = uct::iface_open_by_name(&worker, &name, IfaceParams::default()).unwrap();
+    let (md, rx) = uct::iface_open_by_name(&worker, &name, uct::IfaceParams::default()).unwrap();
+    let (md2, tx) = uct::iface_open_by_name(&worker, &name, uct::IfaceParams::default()).unwrap();
+    let ep = tx.ep_create(&uct::EpParams::to_iface(&rx.device_address(), &rx.iface_address())).unwrap();
+    Some(LocalPair { _turn, _worker: worker, _mds: [md, md2], rx: rx.into(), _tx: tx, ep })
+}
+
+fn wakeup(tl: &str) {
+    use std::rc::Rc;
+    use uct::{EventFlags, Outcome, Status};
+    // The whole pair stays bound: it holds the turn, the worker and both interfaces.
+    let Some(pair) = local_pair(tl) else { return };
+    let (rx, ep) = (&pair.rx, &pair.ep);
     rx.set_am_handler(0, Some(Rc::new(|_| {}))).unwrap();
-    let ep = tx.ep_create(&EpParams::to_iface(&rx.device_address(), &rx.iface_address())).unwrap();
     let fd = rx.event_fd().unwrap();
     let readable = |ms: i32| {
         let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
@@ -140,19 +158,12 @@ fn sysv_wakeup() {
 /// from the nested call and no panic: the receive side is busy handling it. The messages behind
 /// it are handled once, in order, by the outer progress.
 fn reentrant_handler(tl: &str) {
-    if kit::agent_requested() {
-        return;
-    }
-    let _turn = kit::take_turn();
     use std::cell::RefCell;
     use std::rc::{Rc, Weak};
-    use uct::{EpParams, EventFlags, Iface, IfaceParams, Outcome, Status, Worker};
-    uct_shm::register();
-    let worker = Worker::default();
-    let name = format!("{tl}/memory");
-    let (_md, rx) = uct::iface_open_by_name(&worker, &name, IfaceParams::default()).unwrap();
-    let rx: Rc<dyn Iface> = rx.into();
-    let (_md2, tx) = uct::iface_open_by_name(&worker, &name, IfaceParams::default()).unwrap();
+    use uct::{EventFlags, Iface, Outcome, Status};
+    // The whole pair stays bound: it holds the turn, the worker and both interfaces.
+    let Some(pair) = local_pair(tl) else { return };
+    let (rx, ep) = (&pair.rx, &pair.ep);
     let seen = Rc::new(RefCell::new(Vec::new()));
     let (me, log): (Weak<dyn Iface>, _) = (Rc::downgrade(&rx), seen.clone());
     rx.set_am_handler(
@@ -164,7 +175,6 @@ fn reentrant_handler(tl: &str) {
         })),
     )
     .unwrap();
-    let ep = tx.ep_create(&EpParams::to_iface(&rx.device_address(), &rx.iface_address())).unwrap();
     for i in 0..3u8 {
         assert_eq!(ep.am_short(1, i as u64, &[]), Ok(Outcome::Done(())));
     }
