@@ -165,7 +165,7 @@ fn reentrant_handler(tl: &str) {
     let Some(pair) = local_pair(tl) else { return };
     let (rx, ep) = (&pair.rx, &pair.ep);
     let seen = Rc::new(RefCell::new(Vec::new()));
-    let (me, log): (Weak<dyn Iface>, _) = (Rc::downgrade(&rx), seen.clone());
+    let (me, log): (Weak<dyn Iface>, _) = (Rc::downgrade(rx), seen.clone());
     rx.set_am_handler(
         1,
         Some(Rc::new(move |m: uct::AmRecv<'_>| {
