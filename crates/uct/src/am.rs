@@ -23,9 +23,16 @@ pub fn check_am_id(id: u8) -> UcsResult<()> {
     if id < AM_ID_MAX {
         Ok(())
     } else {
-        tracing::debug!(id, "invalid active message id (valid range: 0..{})", AM_ID_MAX - 1);
-        Err(Status::InvalidParam)
+        bad_am_id(id)
     }
+}
+
+/// [`check_am_id`]'s error, out of the senders' fast paths.
+#[cold]
+#[inline(never)]
+fn bad_am_id(id: u8) -> UcsResult<()> {
+    tracing::debug!(id, "invalid active message id (valid range: 0..{})", AM_ID_MAX - 1);
+    Err(Status::InvalidParam)
 }
 
 /// Returns `InvalidParam` when `len` exceeds `max` (`UCT_CHECK_LENGTH`).
@@ -34,9 +41,16 @@ pub fn check_length(len: usize, max: usize, what: &'static str) -> UcsResult<()>
     if len <= max {
         Ok(())
     } else {
-        tracing::debug!(len, max, "invalid {what} length");
-        Err(Status::InvalidParam)
+        bad_length(len, max, what)
     }
+}
+
+/// [`check_length`]'s error, out of the senders' fast paths.
+#[cold]
+#[inline(never)]
+fn bad_length(len: usize, max: usize, what: &'static str) -> UcsResult<()> {
+    tracing::debug!(len, max, "invalid {what} length");
+    Err(Status::InvalidParam)
 }
 
 /// An active message handler: called with each message of its id.
