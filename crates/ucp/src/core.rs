@@ -206,30 +206,6 @@ impl CompletedFull {
     }
 }
 
-/// [`Core::complete_with`] for a request still held, or with a callback, waker or owned
-/// buffer: marks it complete with `status` inside the borrowed table and frees it if the user
-/// released it; what may call back into the worker comes out in the returned
-/// [`CompletedFull`].
-fn complete_rest(reqs: &mut IdTable<ReqState>, id: Id, status: Status) -> Option<CompletedFull> {
-    let r = reqs.get_mut(id)?;
-    r.status = status;
-    let info = r.info;
-    let cb_fn = r.cb_fn.take();
-    let (callback, waker, owned) = if r.released {
-        let taken = r.take_ext();
-        reqs.discard(id);
-        taken
-    } else {
-        r.kind = ReqKind::Done;
-        // An owned buffer stays for the future to take back.
-        match &mut r.ext {
-            Some(e) => (e.callback.take(), e.waker.take(), None),
-            None => (None, None, None),
-        }
-    };
-    Some(CompletedFull { status, info, cb_fn, callback, waker, owned })
-}
-
 fn record_of(i: &WorkerIface) -> IfaceRecord {
     let a = &i.attr;
     let bw = a.bandwidth.dedicated + a.bandwidth.shared;
@@ -481,13 +457,31 @@ impl Core {
     }
 
     /// [`Self::complete_with`] for a request still held, or with a callback, waker or owned
-    /// buffer.
+    /// buffer: marks it complete with `status` and frees it if the user released it; the
+    /// callbacks, waker and a user's buffer are handled once the table is released.
     #[inline(never)]
     fn complete_full(&self, id: Id, status: Status) {
-        let done = complete_rest(&mut self.reqs.borrow_mut(), id, status);
-        if let Some(d) = done {
-            d.run();
-        }
+        let done = {
+            let mut reqs = self.reqs.borrow_mut();
+            let Some(r) = reqs.get_mut(id) else { return };
+            r.status = status;
+            let info = r.info;
+            let cb_fn = r.cb_fn.take();
+            let (callback, waker, owned) = if r.released {
+                let taken = r.take_ext();
+                reqs.discard(id);
+                taken
+            } else {
+                r.kind = ReqKind::Done;
+                // An owned buffer stays for the future to take back.
+                match &mut r.ext {
+                    Some(e) => (e.callback.take(), e.waker.take(), None),
+                    None => (None, None, None),
+                }
+            };
+            CompletedFull { status, info, cb_fn, callback, waker, owned }
+        };
+        done.run();
     }
 
     /// A completion expecting `count` operations that reports `what` when they are done: a

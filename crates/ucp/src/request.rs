@@ -172,6 +172,7 @@ impl Buf {
 
     pub fn contig(&self) -> Option<Seg> {
         match self {
+            // Directly, not through `segs`: this is on every send's fast path.
             Buf::Contig(s) => Some(*s),
             _ => match self.segs() {
                 [s] => Some(*s),

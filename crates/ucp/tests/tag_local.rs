@@ -154,17 +154,19 @@ fn peers_resolving_auto_differently() {
     ba.close(CloseMode::Flush).unwrap();
 }
 
+/// Each rendezvous scheme forced, from 20,000 bytes up.
+const FORCED_SCHEMES: [(&str, &[(&str, &str)]); 3] = [
+    ("get_zcopy", &[("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "get_zcopy")]),
+    ("put_zcopy", &[("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "put_zcopy")]),
+    ("am", &[("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "am")]),
+];
+
 #[test]
 fn two_workers_every_protocol() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, extra) in [
-        ("default", vec![]),
-        ("get_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "get_zcopy")]),
-        ("put_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "put_zcopy")]),
-        ("am", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "am")]),
-        ("all rndv", vec![("RNDV_THRESH", "0")]),
-    ] {
-        let (a, b, ep) = two_workers(&extra);
+    let all_rndv: (&str, &[(&str, &str)]) = ("all rndv", &[("RNDV_THRESH", "0")]);
+    for (name, extra) in [("default", &[][..])].into_iter().chain(FORCED_SCHEMES).chain([all_rndv]) {
+        let (a, b, ep) = two_workers(extra);
         let q = ep.query().unwrap();
         assert!(q.lanes.iter().any(|l| l.usage == "am" && l.transport == "posix"), "{q:?}");
         assert!(q.lanes.iter().any(|l| l.usage == "rndv" && l.transport == "cma"), "{q:?}");
@@ -241,14 +243,9 @@ fn iov_over(buf: &mut [u8], cuts: &[usize]) -> Vec<IoVec> {
 #[test]
 fn iov_lists_every_protocol() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, extra) in [
-        ("default", vec![]),
-        ("zcopy eager", vec![("ZCOPY_THRESH", "512")]),
-        ("get_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "get_zcopy")]),
-        ("put_zcopy", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "put_zcopy")]),
-        ("am", vec![("RNDV_THRESH", "20000"), ("RNDV_SCHEME", "am")]),
-    ] {
-        let (a, b, ep) = two_workers(&extra);
+    let eager: [(&str, &[(&str, &str)]); 2] = [("default", &[]), ("zcopy eager", &[("ZCOPY_THRESH", "512")])];
+    for (name, extra) in eager.into_iter().chain(FORCED_SCHEMES) {
+        let (a, b, ep) = two_workers(extra);
         for n in [40usize, 5000, 30_000, 300_000] {
             let mut data = pattern(n, 7);
             let mut out = vec![0u8; n + 5];
