@@ -149,7 +149,7 @@ pub(crate) struct Core {
     pub closing: RefCell<Vec<Id>>,
     pub next_msg_id: Cell<u64>,
     /// How many messages each protocol carried (see [`crate::ProtoCounts`]).
-    pub counts: RefCell<crate::ProtoCounts>,
+    pub counts: Cell<crate::ProtoCounts>,
     pub mems: RefCell<IdTable<MemMap>>,
     /// Keepalive interval in ns (0: off) and endpoints per round.
     pub keepalive_ns: u64,
@@ -319,7 +319,7 @@ impl Core {
                 pending_eps: RefCell::new(Vec::new()),
                 closing: RefCell::new(Vec::new()),
                 next_msg_id: Cell::new(address.uuid.rotate_left(17)),
-                counts: RefCell::new(crate::ProtoCounts::default()),
+                counts: Cell::new(crate::ProtoCounts::default()),
                 mems: RefCell::new(IdTable::new()),
                 keepalive_ns,
                 keepalive_eps: ctx.config().keepalive_num_eps,
@@ -394,7 +394,9 @@ impl Core {
     /// Counts a protocol use.
     #[inline]
     pub fn count(&self, f: impl FnOnce(&mut crate::ProtoCounts) -> &mut u64) {
-        *f(&mut self.counts.borrow_mut()) += 1;
+        let mut c = self.counts.get();
+        *f(&mut c) += 1;
+        self.counts.set(c);
     }
 
     /// A fresh message id for multi-fragment sends.

@@ -483,7 +483,7 @@ impl Worker {
 
     /// How many messages each protocol carried so far.
     pub fn proto_counts(&self) -> crate::ProtoCounts {
-        self.enter().map(|e| *e.core.counts.borrow()).unwrap_or_default()
+        self.enter().map(|e| e.core.counts.get()).unwrap_or_default()
     }
 
     /// Names of the interfaces, in address order (`transport/device`).

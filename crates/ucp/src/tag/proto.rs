@@ -69,23 +69,67 @@ impl Core {
         param: RequestParam,
     ) -> UcsResult<Option<Id>> {
         let Some(ep) = self.ep(ep_id) else {
-            tracing::error!("tag send: endpoint {ep_id:?} does not exist (closed?)");
-            return Err(Status::InvalidParam);
+            return Self::no_endpoint(ep_id);
         };
+        // The common case first: a connected endpoint with nothing queued (so no error and
+        // nothing to replay) and a message that may complete at once.
+        if !sync && buf.len() < ep.cfg.rndv_thresh && !param.flags.contains(RequestFlags::NO_IMM_CMPL) && ep.ready() {
+            return match self.eager_now(&ep, &buf, tag) {
+                Some(Ok(Outcome::Done(()))) => Ok(None),
+                Some(r) => self.eager_not_done(ep, ep_id, buf, tag, param, r),
+                // More than one fragment: the request path.
+                None => self.tag_send_queued(ep, ep_id, buf, tag, false, param, true).map(Some),
+            };
+        }
+        self.tag_send_general(ep, ep_id, buf, tag, sync, param)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn no_endpoint<T>(ep_id: Id) -> UcsResult<T> {
+        tracing::error!("tag send: endpoint {ep_id:?} does not exist (closed?)");
+        Err(Status::InvalidParam)
+    }
+
+    /// What an immediate eager attempt that did not complete leads to: a full lane queues the
+    /// send (without trying again at once), an error fails it.
+    #[inline(never)]
+    fn eager_not_done(
+        &self,
+        ep: Rc<Ep>,
+        ep_id: Id,
+        buf: Buf,
+        tag: Tag,
+        param: RequestParam,
+        r: UcsResult<Outcome<()>>,
+    ) -> UcsResult<Option<Id>> {
+        match r {
+            Ok(Outcome::NoResource) => self.tag_send_queued(ep, ep_id, buf, tag, false, param, false).map(Some),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A send off the common path: a failed, closed or not yet ready endpoint (replaying what
+    /// it queued first), a synchronous or large message, or one that must not complete at once.
+    #[inline(never)]
+    fn tag_send_general(
+        &self,
+        ep: Rc<Ep>,
+        ep_id: Id,
+        buf: Buf,
+        tag: Tag,
+        sync: bool,
+        param: RequestParam,
+    ) -> UcsResult<Option<Id>> {
         if let Some(e) = ep.error() {
             return Err(e);
         }
         let len = buf.len();
         let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
         if imm && !sync && len < ep.cfg.rndv_thresh && self.ready_after_replay(&ep) {
-            match self.eager_now(&ep, &buf, tag) {
-                None => {}
-                // The lane is full: queue without trying again at once.
-                Some(Ok(Outcome::NoResource)) => {
-                    return self.tag_send_queued(ep, ep_id, buf, tag, sync, param, false).map(Some)
-                }
-                Some(Ok(_)) => return Ok(None),
-                Some(Err(e)) => return Err(e),
+            if let Some(r) = self.eager_now(&ep, &buf, tag) {
+                return self.eager_not_done(ep, ep_id, buf, tag, param, r);
             }
         }
         self.tag_send_queued(ep, ep_id, buf, tag, sync, param, true).map(Some)
