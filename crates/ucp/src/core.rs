@@ -18,8 +18,8 @@ use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
-use crate::request::{Callback, RecvInfo, ReqKind, ReqState, ZcPool, ZcState, ZC_POOL_CHUNK};
-use crate::tag::{Tag, TagMatcher, UnexpHandle};
+use crate::request::{Callback, RecvInfo, ReqKind, ReqState, Reqs, ZcPool, ZcState, ZC_POOL_CHUNK};
+use crate::tag::{Tag, UnexpHandle, UnexpQueue};
 use crate::wire::{self, Reader};
 
 /// Size of the buffers of [`Core::kept_msgs`]: the longest `am_short` message of posix/sysv
@@ -135,8 +135,9 @@ pub(crate) struct Core {
     pub packed: Vec<u8>,
     pub weak: Weak<Core>,
     pub eps: RefCell<IdTable<Option<Rc<Ep>>>>,
-    pub reqs: RefCell<IdTable<ReqState>>,
-    pub tm: RefCell<TagMatcher<Id, Unexp>>,
+    pub reqs: RefCell<Reqs>,
+    /// Unexpected messages (the expected receives are in `reqs`).
+    pub unexp: RefCell<UnexpQueue<Unexp>>,
     pub frags: RefCell<HashMap<(u64, u64), FragTarget>>,
     /// Reassembly buffers of unexpected multi-fragment messages, kept for reuse (see
     /// [`Core::frag_buf`]).
@@ -176,6 +177,15 @@ pub(crate) fn new_uuid() -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+/// What a completion leaves to do once the request table is released.
+enum AfterCompletion {
+    Nothing,
+    /// The plain callback of a request freed already.
+    Call(crate::request::CallbackFn, usize, Status, RecvInfo),
+    /// Anything else ([`Core::complete_full`]).
+    Full(Id, Status),
 }
 
 /// What remains of completing a request that had more than a plain callback, once the request
@@ -310,8 +320,8 @@ impl Core {
                 packed,
                 weak: weak.clone(),
                 eps: RefCell::new(IdTable::new()),
-                reqs: RefCell::new(IdTable::new()),
-                tm: RefCell::new(TagMatcher::new()),
+                reqs: RefCell::new(Reqs::default()),
+                unexp: RefCell::new(UnexpQueue::new()),
                 frags: RefCell::new(HashMap::new()),
                 frag_bufs: RefCell::new(Vec::new()),
                 probed: RefCell::new(IdTable::new()),
@@ -433,28 +443,87 @@ impl Core {
     /// the waker and a user's buffer only once the request table is released.
     #[inline(always)]
     pub fn complete_with(&self, id: Id, fill: impl FnOnce(&mut ReqState) -> Option<Status>) {
-        let mut reqs = self.reqs.borrow_mut();
-        let Some(mut entry) = reqs.occupied(id) else { return };
+        let after = {
+            let mut reqs = self.reqs.borrow_mut();
+            match reqs.tab.occupied(id) {
+                Some(entry) => Self::complete_entry(entry, fill),
+                None => return,
+            }
+        };
+        self.after_completion(after);
+    }
+
+    /// Takes the earliest receive posted for `tag` off the expected queues and delivers the
+    /// whole message `payload` into it, under one borrow of the table; false (nothing changed)
+    /// when no receive waits for `tag`.
+    #[inline(always)]
+    pub fn deliver_expected(&self, tag: Tag, payload: &[u8]) -> bool {
+        let after = {
+            let mut guard = self.reqs.borrow_mut();
+            let reqs = &mut *guard;
+            let Some(i) = reqs.exp.take(&mut reqs.tab, tag) else { return false };
+            let Some(mut entry) = reqs.tab.occupied_at(i) else { return true };
+            let r = entry.get_mut();
+            if r.status != Status::InProgress {
+                return true;
+            }
+            let Some(status) = Self::fill_whole(r, tag, payload) else { return true };
+            Self::complete_entry_with(entry, status)
+        };
+        self.after_completion(after);
+        true
+    }
+
+    /// Takes the earliest receive posted for `tag` off the expected queues; its id.
+    #[inline]
+    pub fn take_expected(&self, tag: Tag) -> Option<Id> {
+        let mut guard = self.reqs.borrow_mut();
+        let reqs = &mut *guard;
+        let i = reqs.exp.take(&mut reqs.tab, tag)?;
+        reqs.tab.occupied_at(i).map(|mut e| e.id())
+    }
+
+    /// The part of a completion done under the table's borrow: `fill`, then, for a request the
+    /// user let go of with at most a plain callback (the common case), freeing it.
+    #[inline(always)]
+    fn complete_entry(
+        mut entry: ucs::idtable::Occupied<'_, ReqState>,
+        fill: impl FnOnce(&mut ReqState) -> Option<Status>,
+    ) -> AfterCompletion {
         let r = entry.get_mut();
         if r.status != Status::InProgress {
-            return;
+            return AfterCompletion::Nothing;
         }
-        let Some(status) = fill(r) else { return };
-        if !(r.released && r.ext.is_none()) {
-            drop(reqs);
-            return self.complete_full(id, status);
+        let Some(status) = fill(r) else { return AfterCompletion::Nothing };
+        Self::complete_entry_with(entry, status)
+    }
+
+    /// [`Self::complete_entry`] once the request in progress has its status.
+    #[inline(always)]
+    fn complete_entry_with(mut entry: ucs::idtable::Occupied<'_, ReqState>, status: Status) -> AfterCompletion {
+        let r = entry.get_mut();
+        if !(r.released && r.ext.is_none()) || r.exp.is_posted() {
+            return AfterCompletion::Full(entry.id(), status);
         }
-        // The common case: a request the user let go of, with at most a plain callback, freed
-        // under the same lookup.
         let (info, cb_fn) = (r.info, r.cb_fn);
         if r.owns_nothing() {
             entry.discard_owning_nothing();
         } else {
             entry.discard();
         }
-        drop(reqs);
-        if let Some((f, data)) = cb_fn {
-            f(status, info, data);
+        match cb_fn {
+            Some((f, data)) => AfterCompletion::Call(f, data, status, info),
+            None => AfterCompletion::Nothing,
+        }
+    }
+
+    /// The part of a completion done once the table is released.
+    #[inline(always)]
+    fn after_completion(&self, after: AfterCompletion) {
+        match after {
+            AfterCompletion::Nothing => {}
+            AfterCompletion::Call(f, data, status, info) => f(status, info, data),
+            AfterCompletion::Full(id, status) => self.complete_full(id, status),
         }
     }
 
@@ -465,6 +534,9 @@ impl Core {
     fn complete_full(&self, id: Id, status: Status) {
         let done = {
             let mut reqs = self.reqs.borrow_mut();
+            // A receive completed while still posted (not by a match or a cancel, which take
+            // it off first) leaves the queues now, before its slot can be freed.
+            reqs.unpost(id);
             let Some(r) = reqs.get_mut(id) else { return };
             r.status = status;
             let info = r.info;
@@ -570,14 +642,9 @@ impl Core {
 
     /// Cancels a posted receive that has not matched.
     pub fn req_cancel(&self, id: Id) {
-        let handle = match self.reqs.borrow_mut().get_mut(id) {
-            Some(ReqState { kind: ReqKind::Recv(r), .. }) => r.posted.take(),
-            _ => None,
-        };
-        if let Some(h) = handle {
-            if self.tm.borrow_mut().cancel(h).is_some() {
-                self.finish(id, Status::Canceled);
-            }
+        let cancelled = self.reqs.borrow_mut().unpost(id);
+        if cancelled {
+            self.finish(id, Status::Canceled);
         }
     }
 
@@ -883,7 +950,7 @@ impl Core {
                 FragTarget::Req(rid) => mine.push(rid),
                 FragTarget::Unexp(h) => {
                     tracing::warn!("ucp: dropping a partly arrived message from {} ({status})", ep.remote.name);
-                    drop(self.tm.borrow_mut().take_unexpected(h));
+                    drop(self.unexp.borrow_mut().take(h));
                 }
                 FragTarget::Probed(pid) => {
                     tracing::warn!("ucp: dropping a partly arrived probed message from {} ({status})", ep.remote.name);

@@ -18,7 +18,8 @@ use ucs::idtable::Id;
 use ucs::mpool::{ObjPool, PoolBox};
 use ucs::Status;
 
-use crate::tag::{RecvHandle, Tag};
+use crate::tag::{ExpEntry, ExpQueues, ExpStore, Tag};
+use ucs::idtable::IdTable;
 
 bitflags! {
     /// `UCP_OP_ATTR_FLAG_*`.
@@ -313,8 +314,6 @@ pub(crate) fn zc_mut<'a>(pool: &ZcPool, zc: &'a mut Option<PoolBox<ZcState>>) ->
 #[derive(Debug)]
 pub(crate) struct RecvReq {
     pub buf: Buf,
-    /// Where it waits in the matcher, while it does.
-    pub posted: Option<RecvHandle>,
     /// Bytes arrived so far (multi-fragment eager, rendezvous fragments).
     pub received: usize,
     /// Length of the matched message.
@@ -347,6 +346,8 @@ pub(crate) enum ReqKind {
 /// State of one request, owned by the worker.
 pub(crate) struct ReqState {
     pub kind: ReqKind,
+    /// A receive's place in the expected queues ([`Reqs::exp`]), while it waits there.
+    pub exp: ExpEntry,
     /// `InProgress` until done.
     pub status: Status,
     pub info: RecvInfo,
@@ -356,6 +357,53 @@ pub(crate) struct ReqState {
     pub cb_fn: Option<(CallbackFn, usize)>,
     /// Callback, waker and owned buffer, for the requests that have them.
     pub ext: Option<Box<ReqExt>>,
+}
+
+/// The worker's requests, and the queues of posted receives, whose entries live in the
+/// receives' own request slots: posting a receive fills one slot, and matching a message names
+/// the slot, with no table of its own to keep in step (UCX links the request itself).
+///
+/// Invariant: a request is on a queue (`exp.is_posted()`) only while it is in progress; every
+/// completion of a posted receive takes it off first ([`Reqs::unpost`]), so no slot is freed
+/// or reused while linked.
+#[derive(Default)]
+pub(crate) struct Reqs {
+    pub tab: IdTable<ReqState>,
+    pub exp: ExpQueues,
+}
+
+impl Reqs {
+    /// Takes request `id` off the expected queues if it waits there; true if it did.
+    pub fn unpost(&mut self, id: Id) -> bool {
+        match self.tab.get(id) {
+            Some(r) if r.exp.is_posted() => self.exp.remove(&mut self.tab, id.index()),
+            _ => false,
+        }
+    }
+}
+
+impl std::ops::Deref for Reqs {
+    type Target = IdTable<ReqState>;
+    fn deref(&self) -> &Self::Target {
+        &self.tab
+    }
+}
+
+impl std::ops::DerefMut for Reqs {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tab
+    }
+}
+
+impl ExpStore for IdTable<ReqState> {
+    #[inline(always)]
+    fn exp_entry(&mut self, i: u32) -> &mut ExpEntry {
+        match self.get_at_mut(i) {
+            Some(r) => &mut r.exp,
+            // The invariant of `Reqs`: the queues only hold slots of requests in the table.
+            None => unreachable!("a posted receive's slot {i} is vacant"),
+        }
+    }
 }
 
 /// The less common parts of a request.
@@ -372,6 +420,7 @@ impl ReqState {
     pub fn new(kind: ReqKind, callback: Option<Callback>, cb_fn: Option<(CallbackFn, usize)>) -> Self {
         ReqState {
             kind,
+            exp: ExpEntry::NONE,
             status: Status::InProgress,
             info: RecvInfo::default(),
             released: false,
@@ -481,9 +530,9 @@ mod tests {
 
     #[test]
     fn request_state_stays_small() {
-        // Every posted receive and queued send is one of these, moved into and out of the
-        // request table: rarely used parts stay boxed.
-        assert!(std::mem::size_of::<ReqState>() <= 160, "{}", std::mem::size_of::<ReqState>());
+        // Every posted receive and queued send is one of these, written into the request table:
+        // rarely used parts stay boxed. A posted receive's queue entry (40 bytes) is part of it.
+        assert!(std::mem::size_of::<ReqState>() <= 200, "{}", std::mem::size_of::<ReqState>());
     }
 
     #[test]

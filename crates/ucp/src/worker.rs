@@ -474,8 +474,8 @@ impl Worker {
     pub fn stats(&self) -> (usize, usize, usize, usize) {
         match self.enter() {
             Ok(e) => {
-                let tm = e.core.tm.borrow();
-                (e.core.eps.borrow().len(), e.core.reqs.borrow().len(), tm.unexpected_len(), tm.expected_len())
+                let reqs = e.core.reqs.borrow();
+                (e.core.eps.borrow().len(), reqs.len(), e.core.unexp.borrow().len(), reqs.exp.len())
             }
             Err(_) => (0, 0, 0, 0),
         }

@@ -97,8 +97,15 @@ impl<T> IdTable<T> {
     pub fn insert(&mut self, value: T) -> Id {
         match self.try_insert(value) {
             Ok(id) => id,
-            Err(_) => panic!("IdTable index space exhausted"),
+            // Moved out, so no drop glue for the whole result runs on the common path.
+            Err(value) => Self::exhausted(value),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn exhausted(_value: T) -> ! {
+        panic!("IdTable index space exhausted")
     }
 
     /// Stores `value` and returns its id, or gives the value back when the index space (`u32`,
@@ -189,6 +196,26 @@ impl<T> IdTable<T> {
         }
     }
 
+    /// The object in slot `index`, whatever its generation: for structures that link a table's
+    /// objects by slot index (an object stays in its slot while it is in the table).
+    #[inline]
+    pub fn get_at_mut(&mut self, index: u32) -> Option<&mut T> {
+        match &mut self.slots.get_mut(index as usize)?.entry {
+            Entry::Occupied(v) => Some(v),
+            Entry::Vacant(_) => None,
+        }
+    }
+
+    /// [`IdTable::occupied`] by slot index, whatever the generation ([`Occupied::id`] gives the
+    /// object's id).
+    #[inline]
+    pub fn occupied_at(&mut self, index: u32) -> Option<Occupied<'_, T>> {
+        match self.slots.get(index as usize)?.entry {
+            Entry::Occupied(_) => Some(Occupied { table: self, index }),
+            Entry::Vacant(_) => None,
+        }
+    }
+
     /// Removes and returns the object `id` names. The slot's generation is bumped, so `id` and
     /// every copy of it stop matching.
     #[inline]
@@ -265,6 +292,13 @@ impl<T> Occupied<'_, T> {
         // SAFETY: `index` named an occupied slot when this was made, and the table is borrowed
         // mutably by `self` since, so it still does.
         unsafe { self.table.slots.get_unchecked_mut(self.index as usize) }
+    }
+
+    /// The object's id.
+    #[inline(always)]
+    pub fn id(&mut self) -> Id {
+        let index = self.index;
+        Id::new(index, self.slot().generation)
     }
 
     /// The object.
@@ -376,6 +410,21 @@ mod tests {
         let c = t.insert((3, rc.clone()));
         assert_eq!(c.index(), d.index(), "the last freed slot is reused first");
         assert!(t.occupied(a).is_none(), "under a new generation");
+    }
+
+    #[test]
+    fn slots_are_reached_by_index_whatever_the_generation() {
+        let mut t = IdTable::new();
+        let a = t.insert(1);
+        *t.get_at_mut(a.index()).unwrap() = 5;
+        assert_eq!(t.occupied_at(a.index()).unwrap().id(), a);
+        t.remove(a);
+        assert!(t.get_at_mut(a.index()).is_none() && t.occupied_at(a.index()).is_none(), "vacant");
+        assert!(t.get_at_mut(7).is_none() && t.occupied_at(7).is_none(), "beyond the table");
+        let b = t.insert(2);
+        assert_eq!(b.index(), a.index());
+        let mut e = t.occupied_at(b.index()).unwrap();
+        assert_eq!((e.id(), *e.get_mut()), (b, 2), "the new generation's object and id");
     }
 
     #[test]

@@ -11,6 +11,14 @@
 //!
 //! Entries live in slabs linked by index, so after warm-up posting and matching allocate
 //! nothing. Handles carry a generation, so a stale handle never reaches a reused slot.
+//!
+//! Two layers:
+//! * [`ExpQueues`] and [`UnexpQueue`]: the queues themselves. An expected receive's matching
+//!   fields and links ([`ExpEntry`]) live in the caller's storage ([`ExpStore`]), so a posted
+//!   receive can be one object with its request, as in UCX, and matching an arrival names the
+//!   request's slot directly.
+//! * [`TagMatcher`]: both queues with a slab of its own for the receives, for callers (and
+//!   tests) that want a self-contained matcher.
 
 /// A 64-bit message tag.
 pub type Tag = u64;
@@ -57,6 +65,39 @@ struct List {
 
 const EMPTY: List = List { head: NIL, tail: NIL };
 
+/// Storage whose entries carry the links of one list: the list operations below work on any.
+trait LinkStore {
+    fn links(&mut self, i: u32) -> &mut Links;
+}
+
+/// Unlinks `i` from `list`.
+fn unlink(s: &mut impl LinkStore, list: &mut List, i: u32) {
+    let Links { prev, next } = *s.links(i);
+    if prev == NIL {
+        list.head = next;
+    } else {
+        s.links(prev).next = next;
+    }
+    if next == NIL {
+        list.tail = prev;
+    } else {
+        s.links(next).prev = prev;
+    }
+    *s.links(i) = UNLINKED;
+}
+
+/// Appends `i` to `list`.
+#[inline]
+fn push_back(s: &mut impl LinkStore, list: &mut List, i: u32) {
+    *s.links(i) = Links { prev: list.tail, next: NIL };
+    if list.tail == NIL {
+        list.head = i;
+    } else {
+        s.links(list.tail).next = i;
+    }
+    list.tail = i;
+}
+
 /// A slab of entries with a free list (threaded through the free slots) and generations.
 struct Slab<T> {
     slots: Vec<Slot<T>>,
@@ -73,15 +114,6 @@ struct Slot<T> {
 impl<T> Slab<T> {
     fn new() -> Self {
         Slab { slots: Vec::new(), free: NIL }
-    }
-
-    /// The index and generation the next `insert` will return.
-    #[inline]
-    fn next_handle(&self) -> (u32, u32) {
-        match self.slots.get(self.free as usize) {
-            Some(s) => (self.free, s.gen),
-            None => (self.slots.len() as u32, 0),
-        }
     }
 
     #[inline]
@@ -121,54 +153,206 @@ impl<T> Slab<T> {
     }
 }
 
-/// Unlinks `i` from `list`, where `links(i)` gives the entry's links on that list.
-fn unlink<T>(slab: &mut Slab<T>, list: &mut List, i: u32, links: impl Fn(&mut T) -> &mut Links) {
-    let Links { prev, next } = *links(slab.get_mut(i));
-    if prev == NIL {
-        list.head = next;
-    } else {
-        links(slab.get_mut(prev)).next = next;
-    }
-    if next == NIL {
-        list.tail = prev;
-    } else {
-        links(slab.get_mut(next)).prev = prev;
-    }
-    *links(slab.get_mut(i)) = UNLINKED;
-}
+// ---- expected receives ------------------------------------------------------------------------
 
-/// Appends `i` to `list`.
-fn push_back<T>(slab: &mut Slab<T>, list: &mut List, i: u32, links: impl Fn(&mut T) -> &mut Links) {
-    *links(slab.get_mut(i)) = Links { prev: list.tail, next: NIL };
-    if list.tail == NIL {
-        list.head = i;
-    } else {
-        links(slab.get_mut(list.tail)).next = i;
-    }
-    list.tail = i;
-}
-
-/// Unlinks the head of a non-empty `list` ([`unlink`] for the head, without its general
-/// cases: the hot path of an arrival that matches the first receive of its bucket).
-#[inline]
-fn pop_front<T>(slab: &mut Slab<T>, list: &mut List, links: impl Fn(&mut T) -> &mut Links) {
-    let head = list.head;
-    let next = links(slab.get_mut(head)).next;
-    list.head = next;
-    if next == NIL {
-        list.tail = NIL;
-    } else {
-        links(slab.get_mut(next)).prev = NIL;
-    }
-}
-
-struct Expected<R> {
+/// The matching fields and list links of one expected receive, kept in the caller's storage
+/// ([`ExpStore`]). Made by [`ExpQueues::entry`]; only the queues change it.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpEntry {
+    /// The receive's tag with its mask applied.
     tag: Tag,
     mask: Tag,
+    /// Posting sequence number.
     sn: u64,
     links: Links,
-    value: R,
+    /// On a queue (between [`ExpQueues::link`] and its match or removal).
+    posted: bool,
 }
+
+impl ExpEntry {
+    /// An entry of no receive: never posted.
+    pub const NONE: ExpEntry = ExpEntry { tag: 0, mask: 0, sn: 0, links: UNLINKED, posted: false };
+
+    /// True while the receive waits on a queue.
+    #[inline]
+    pub fn is_posted(&self) -> bool {
+        self.posted
+    }
+}
+
+/// Where the [`ExpEntry`]s of posted receives live, by slot index. Every index the queues were
+/// given ([`ExpQueues::link`]) must name the same entry until it is matched or removed.
+pub trait ExpStore {
+    /// The entry of slot `i`.
+    fn exp_entry(&mut self, i: u32) -> &mut ExpEntry;
+}
+
+/// The expected entries' links, for the list operations.
+struct ExpLinks<'a, S: ?Sized>(&'a mut S);
+
+impl<S: ExpStore + ?Sized> LinkStore for ExpLinks<'_, S> {
+    #[inline]
+    fn links(&mut self, i: u32) -> &mut Links {
+        &mut self.0.exp_entry(i).links
+    }
+}
+
+/// The queues of expected receives: a hash of buckets for full masks, a wildcard list for the
+/// rest, posting sequence numbers. The entries live in an [`ExpStore`].
+pub struct ExpQueues {
+    buckets: Box<[List; BUCKETS]>,
+    wild: List,
+    next_sn: u64,
+    count: usize,
+}
+
+impl Default for ExpQueues {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ExpQueues {
+    /// Empty queues.
+    pub fn new() -> Self {
+        ExpQueues { buckets: Box::new([EMPTY; BUCKETS]), wild: EMPTY, next_sn: 0, count: 0 }
+    }
+
+    /// Number of posted receives waiting.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when no receive waits.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The entry of a receive for `(tag, mask)` about to be posted, with the next sequence
+    /// number: store it in slot `i` of the store, then [`link`](Self::link) `i`.
+    #[inline]
+    pub fn entry(&mut self, tag: Tag, mask: Tag) -> ExpEntry {
+        let sn = self.next_sn;
+        self.next_sn += 1;
+        ExpEntry { tag: tag & mask, mask, sn, links: UNLINKED, posted: false }
+    }
+
+    /// Queues the receive whose entry (from [`entry`](Self::entry)) is in slot `i`, after every
+    /// receive posted before it.
+    #[inline]
+    pub fn link(&mut self, s: &mut (impl ExpStore + ?Sized), i: u32) {
+        let e = s.exp_entry(i);
+        debug_assert!(!e.posted, "linking a posted receive twice");
+        e.posted = true;
+        let list = if e.mask == FULL_MASK { &mut self.buckets[bucket_index(e.tag)] } else { &mut self.wild };
+        push_back(&mut ExpLinks(s), list, i);
+        self.count += 1;
+    }
+
+    /// A message tagged `tag` arrived: unlinks the earliest-posted matching receive and returns
+    /// its slot (the caller queues the message as unexpected when there is none).
+    #[inline(always)]
+    pub fn take(&mut self, s: &mut (impl ExpStore + ?Sized), tag: Tag) -> Option<u32> {
+        if self.wild.head == NIL {
+            // No wildcard receive waits: the answer is the first receive of the tag's bucket
+            // for this tag, usually the bucket's head, taken off the front here.
+            let b = bucket_index(tag);
+            let head = self.buckets[b].head;
+            if head == NIL {
+                return None;
+            }
+            let e = s.exp_entry(head);
+            if e.tag == tag {
+                // Off the front of the bucket (its links are left as they are: an entry that
+                // is not posted has none that count).
+                e.posted = false;
+                let next = e.links.next;
+                let bucket = &mut self.buckets[b];
+                bucket.head = next;
+                if next == NIL {
+                    bucket.tail = NIL;
+                } else {
+                    s.exp_entry(next).links.prev = NIL;
+                }
+                self.count -= 1;
+                return Some(head);
+            }
+        }
+        let i = self.find(s, tag)?;
+        self.unlink(s, i);
+        Some(i)
+    }
+
+    fn find(&self, s: &mut (impl ExpStore + ?Sized), tag: Tag) -> Option<u32> {
+        if self.count == 0 {
+            return None;
+        }
+        let mut hashed = NIL;
+        let mut i = self.buckets[bucket_index(tag)].head;
+        while i != NIL {
+            let e = s.exp_entry(i);
+            if e.tag == tag {
+                hashed = i;
+                break;
+            }
+            i = e.links.next;
+        }
+        let mut wild = NIL;
+        let mut i = self.wild.head;
+        while i != NIL {
+            let e = s.exp_entry(i);
+            if tag_matches(tag, e.tag, e.mask) {
+                wild = i;
+                break;
+            }
+            i = e.links.next;
+        }
+        match (hashed, wild) {
+            (NIL, NIL) => None,
+            (h, NIL) => Some(h),
+            (NIL, w) => Some(w),
+            (h, w) => Some(if s.exp_entry(h).sn < s.exp_entry(w).sn { h } else { w }),
+        }
+    }
+
+    fn unlink(&mut self, s: &mut (impl ExpStore + ?Sized), i: u32) {
+        let e = *s.exp_entry(i);
+        let list = if e.mask == FULL_MASK { &mut self.buckets[bucket_index(e.tag)] } else { &mut self.wild };
+        unlink(&mut ExpLinks(&mut *s), list, i);
+        s.exp_entry(i).posted = false;
+        self.count -= 1;
+    }
+
+    /// Takes the receive in slot `i` off its queue (a cancel); false when it is not posted.
+    pub fn remove(&mut self, s: &mut (impl ExpStore + ?Sized), i: u32) -> bool {
+        if !s.exp_entry(i).posted {
+            return false;
+        }
+        self.unlink(s, i);
+        true
+    }
+
+    /// Takes every posted receive off the queues; their slots, in posting order.
+    pub fn drain(&mut self, s: &mut (impl ExpStore + ?Sized)) -> Vec<u32> {
+        let mut all: Vec<(u64, u32)> = Vec::with_capacity(self.count);
+        let lists = self.buckets.iter().chain(std::iter::once(&self.wild));
+        for list in lists {
+            let mut i = list.head;
+            while i != NIL {
+                let e = s.exp_entry(i);
+                all.push((e.sn, i));
+                i = e.links.next;
+            }
+        }
+        all.sort_unstable();
+        for &(_, i) in &all {
+            self.unlink(s, i);
+        }
+        all.into_iter().map(|(_, i)| i).collect()
+    }
+}
+
+// ---- unexpected messages ----------------------------------------------------------------------
 
 struct Unexpected<U> {
     tag: Tag,
@@ -177,19 +361,166 @@ struct Unexpected<U> {
     value: U,
 }
 
-/// Identifies a posted receive, for [`TagMatcher::cancel`].
+struct ByTag<'a, U>(&'a mut Slab<Unexpected<U>>);
+struct ByArrival<'a, U>(&'a mut Slab<Unexpected<U>>);
+
+impl<U> LinkStore for ByTag<'_, U> {
+    fn links(&mut self, i: u32) -> &mut Links {
+        &mut self.0.get_mut(i).by_tag
+    }
+}
+
+impl<U> LinkStore for ByArrival<'_, U> {
+    fn links(&mut self, i: u32) -> &mut Links {
+        &mut self.0.get_mut(i).by_arrival
+    }
+}
+
+/// Identifies a posted receive of a [`TagMatcher`], for [`TagMatcher::cancel`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecvHandle {
     index: u32,
     gen: u32,
 }
 
-/// Identifies an unexpected message, for [`TagMatcher::unexpected_mut`] and
-/// [`TagMatcher::take_unexpected`].
+/// Identifies an unexpected message, for [`UnexpQueue::get_mut`] and [`UnexpQueue::take`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UnexpHandle {
     index: u32,
     gen: u32,
+}
+
+/// Unexpected messages (`U`): hash buckets by tag plus one list in arrival order.
+pub struct UnexpQueue<U> {
+    slab: Slab<Unexpected<U>>,
+    buckets: Box<[List; BUCKETS]>,
+    arrival: List,
+    count: usize,
+}
+
+impl<U> Default for UnexpQueue<U> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<U> UnexpQueue<U> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        UnexpQueue { slab: Slab::new(), buckets: Box::new([EMPTY; BUCKETS]), arrival: EMPTY, count: 0 }
+    }
+
+    /// Number of messages waiting.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when no message waits.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The earliest-arrived message matching `(tag, mask)`.
+    #[inline]
+    fn find(&self, tag: Tag, mask: Tag) -> Option<u32> {
+        if self.count == 0 {
+            return None;
+        }
+        if mask == FULL_MASK {
+            let mut i = self.buckets[bucket_index(tag)].head;
+            while i != NIL {
+                let e = self.slab.get(i);
+                if e.tag == tag {
+                    return Some(i);
+                }
+                i = e.by_tag.next;
+            }
+        } else {
+            let mut i = self.arrival.head;
+            while i != NIL {
+                let e = self.slab.get(i);
+                if tag_matches(e.tag, tag, mask) {
+                    return Some(i);
+                }
+                i = e.by_arrival.next;
+            }
+        }
+        None
+    }
+
+    fn remove(&mut self, i: u32) -> (Tag, U) {
+        let tag = self.slab.get(i).tag;
+        unlink(&mut ByTag(&mut self.slab), &mut self.buckets[bucket_index(tag)], i);
+        unlink(&mut ByArrival(&mut self.slab), &mut self.arrival, i);
+        self.count -= 1;
+        let e = self.slab.remove(i);
+        (e.tag, e.value)
+    }
+
+    /// Removes and returns the earliest message matching `(tag, mask)`: what a receive being
+    /// posted takes before it would wait.
+    #[inline]
+    pub fn take_match(&mut self, tag: Tag, mask: Tag) -> Option<(Tag, U)> {
+        let i = self.find(tag, mask)?;
+        Some(self.remove(i))
+    }
+
+    /// Queues a message.
+    pub fn push(&mut self, tag: Tag, msg: U) -> UnexpHandle {
+        let (index, gen) = self.slab.insert(Unexpected { tag, by_tag: UNLINKED, by_arrival: UNLINKED, value: msg });
+        push_back(&mut ByTag(&mut self.slab), &mut self.buckets[bucket_index(tag)], index);
+        push_back(&mut ByArrival(&mut self.slab), &mut self.arrival, index);
+        self.count += 1;
+        UnexpHandle { index, gen }
+    }
+
+    /// The earliest message matching `(tag, mask)`, without removing it.
+    pub fn probe(&mut self, tag: Tag, mask: Tag) -> Option<(UnexpHandle, Tag, &mut U)> {
+        let i = self.find(tag, mask)?;
+        let gen = self.slab.slots[i as usize].gen;
+        let e = self.slab.get_mut(i);
+        Some((UnexpHandle { index: i, gen }, e.tag, &mut e.value))
+    }
+
+    /// The message `h`, while queued.
+    pub fn get_mut(&mut self, h: UnexpHandle) -> Option<&mut U> {
+        if !self.slab.live(h.index, h.gen) {
+            return None;
+        }
+        Some(&mut self.slab.get_mut(h.index).value)
+    }
+
+    /// Removes the message `h`.
+    pub fn take(&mut self, h: UnexpHandle) -> Option<(Tag, U)> {
+        if !self.slab.live(h.index, h.gen) {
+            return None;
+        }
+        Some(self.remove(h.index))
+    }
+
+    /// Removes every message, in arrival order.
+    pub fn drain(&mut self) -> Vec<(Tag, U)> {
+        let mut out = Vec::with_capacity(self.count);
+        while self.arrival.head != NIL {
+            out.push(self.remove(self.arrival.head));
+        }
+        out
+    }
+}
+
+// ---- the self-contained matcher ---------------------------------------------------------------
+
+/// A receive of a [`TagMatcher`]: its entry and the caller's value.
+struct ExpSlot<R> {
+    entry: ExpEntry,
+    value: R,
+}
+
+impl<R> ExpStore for Slab<ExpSlot<R>> {
+    #[inline]
+    fn exp_entry(&mut self, i: u32) -> &mut ExpEntry {
+        &mut self.get_mut(i).entry
+    }
 }
 
 /// Result of posting a receive.
@@ -217,17 +548,11 @@ pub enum Arrived<R> {
     Unexpected(UnexpHandle),
 }
 
-/// Expected receives (`R`) and unexpected messages (`U`).
+/// Expected receives (`R`, in a slab of its own) and unexpected messages (`U`).
 pub struct TagMatcher<R, U> {
-    exp: Slab<Expected<R>>,
-    exp_buckets: Box<[List; BUCKETS]>,
-    wild: List,
-    next_sn: u64,
-    exp_count: usize,
-    unexp: Slab<Unexpected<U>>,
-    unexp_buckets: Box<[List; BUCKETS]>,
-    arrival: List,
-    unexp_count: usize,
+    exp: Slab<ExpSlot<R>>,
+    queues: ExpQueues,
+    unexp: UnexpQueue<U>,
 }
 
 impl<R, U> Default for TagMatcher<R, U> {
@@ -239,184 +564,59 @@ impl<R, U> Default for TagMatcher<R, U> {
 impl<R, U> TagMatcher<R, U> {
     /// Empty queues.
     pub fn new() -> Self {
-        TagMatcher {
-            exp: Slab::new(),
-            exp_buckets: Box::new([EMPTY; BUCKETS]),
-            wild: EMPTY,
-            next_sn: 0,
-            exp_count: 0,
-            unexp: Slab::new(),
-            unexp_buckets: Box::new([EMPTY; BUCKETS]),
-            arrival: EMPTY,
-            unexp_count: 0,
-        }
+        TagMatcher { exp: Slab::new(), queues: ExpQueues::new(), unexp: UnexpQueue::new() }
     }
 
     /// Number of posted receives waiting.
     pub fn expected_len(&self) -> usize {
-        self.exp_count
+        self.queues.len()
     }
 
     /// Number of unexpected messages waiting.
     pub fn unexpected_len(&self) -> usize {
-        self.unexp_count
-    }
-
-    /// The earliest-arrived unexpected message matching `(tag, mask)`.
-    #[inline]
-    fn find_unexpected(&self, tag: Tag, mask: Tag) -> Option<u32> {
-        if self.unexp_count == 0 {
-            return None;
-        }
-        if mask == FULL_MASK {
-            let mut i = self.unexp_buckets[bucket_index(tag)].head;
-            while i != NIL {
-                let e = self.unexp.get(i);
-                if e.tag == tag {
-                    return Some(i);
-                }
-                i = e.by_tag.next;
-            }
-        } else {
-            let mut i = self.arrival.head;
-            while i != NIL {
-                let e = self.unexp.get(i);
-                if tag_matches(e.tag, tag, mask) {
-                    return Some(i);
-                }
-                i = e.by_arrival.next;
-            }
-        }
-        None
-    }
-
-    fn remove_unexpected(&mut self, i: u32) -> (Tag, U) {
-        let tag = self.unexp.get(i).tag;
-        unlink(&mut self.unexp, &mut self.unexp_buckets[bucket_index(tag)], i, |e| &mut e.by_tag);
-        unlink(&mut self.unexp, &mut self.arrival, i, |e| &mut e.by_arrival);
-        self.unexp_count -= 1;
-        let e = self.unexp.remove(i);
-        (e.tag, e.value)
+        self.unexp.len()
     }
 
     /// Posts a receive for `(tag, mask)`: matches the earliest unexpected message, or waits.
     pub fn post(&mut self, tag: Tag, mask: Tag, recv: R) -> Posted<R, U> {
-        if let Some(i) = self.find_unexpected(tag, mask) {
-            let (tag, msg) = self.remove_unexpected(i);
+        if let Some((tag, msg)) = self.unexp.take_match(tag, mask) {
             return Posted::Matched { recv, tag, msg };
         }
         Posted::Waiting(self.post_expected(tag, mask, recv))
     }
 
     /// Queues a receive without looking at unexpected messages (the caller searched already).
-    #[inline]
     pub fn post_expected(&mut self, tag: Tag, mask: Tag, recv: R) -> RecvHandle {
-        self.post_expected_with(tag, mask, |_| recv)
-    }
-
-    /// Removes and returns the earliest unexpected message matching `(tag, mask)`: what a
-    /// receive being posted takes before it would wait.
-    #[inline]
-    pub fn take_unexpected_match(&mut self, tag: Tag, mask: Tag) -> Option<(Tag, U)> {
-        let i = self.find_unexpected(tag, mask)?;
-        Some(self.remove_unexpected(i))
-    }
-
-    /// [`Self::post_expected`] for a receive that learns its own handle first.
-    #[inline]
-    pub fn post_expected_with(&mut self, tag: Tag, mask: Tag, make: impl FnOnce(RecvHandle) -> R) -> RecvHandle {
-        let (index, gen) = self.exp.next_handle();
-        let recv = make(RecvHandle { index, gen });
-        let sn = self.next_sn;
-        self.next_sn += 1;
-        let inserted = self.exp.insert(Expected { tag: tag & mask, mask, sn, links: UNLINKED, value: recv });
-        debug_assert_eq!(inserted, (index, gen));
-        let list = if mask == FULL_MASK { &mut self.exp_buckets[bucket_index(tag)] } else { &mut self.wild };
-        push_back(&mut self.exp, list, index, |e| &mut e.links);
-        self.exp_count += 1;
+        let entry = self.queues.entry(tag, mask);
+        let (index, gen) = self.exp.insert(ExpSlot { entry, value: recv });
+        self.queues.link(&mut self.exp, index);
         RecvHandle { index, gen }
+    }
+
+    /// Removes and returns the earliest unexpected message matching `(tag, mask)`.
+    pub fn take_unexpected_match(&mut self, tag: Tag, mask: Tag) -> Option<(Tag, U)> {
+        self.unexp.take_match(tag, mask)
     }
 
     /// A message tagged `tag` arrived: the earliest-posted matching receive, or `msg` is queued
     /// as unexpected (`make_msg` builds it only then).
     pub fn arrive(&mut self, tag: Tag, make_msg: impl FnOnce() -> U) -> Arrived<R> {
-        if let Some(i) = self.find_expected(tag) {
-            return Arrived::Matched(self.remove_expected(i));
+        match self.take_expected(tag) {
+            Some(r) => Arrived::Matched(r),
+            None => Arrived::Unexpected(self.unexp.push(tag, make_msg())),
         }
-        Arrived::Unexpected(self.push_unexpected(tag, make_msg()))
     }
 
     /// A message tagged `tag` arrived: removes and returns the earliest-posted matching
     /// receive, if any (the caller queues the message as unexpected otherwise).
-    #[inline]
     pub fn take_expected(&mut self, tag: Tag) -> Option<R> {
-        if self.wild.head == NIL {
-            // No wildcard receive waits: the answer is the first receive of the tag's bucket
-            // for this tag, usually the bucket's head, taken off the front here.
-            let b = bucket_index(tag);
-            let head = self.exp_buckets[b].head;
-            if head == NIL {
-                return None;
-            }
-            if self.exp.get(head).tag == tag {
-                pop_front(&mut self.exp, &mut self.exp_buckets[b], |e| &mut e.links);
-                self.exp_count -= 1;
-                return Some(self.exp.remove(head).value);
-            }
-        }
-        let i = self.find_expected(tag)?;
-        Some(self.remove_expected(i))
-    }
-
-    #[inline]
-    fn find_expected(&self, tag: Tag) -> Option<u32> {
-        if self.exp_count == 0 {
-            return None;
-        }
-        let mut hashed = NIL;
-        let mut i = self.exp_buckets[bucket_index(tag)].head;
-        while i != NIL {
-            let e = self.exp.get(i);
-            if e.tag == tag {
-                hashed = i;
-                break;
-            }
-            i = e.links.next;
-        }
-        let mut wild = NIL;
-        let mut i = self.wild.head;
-        while i != NIL {
-            let e = self.exp.get(i);
-            if tag_matches(tag, e.tag, e.mask) {
-                wild = i;
-                break;
-            }
-            i = e.links.next;
-        }
-        match (hashed, wild) {
-            (NIL, NIL) => None,
-            (h, NIL) => Some(h),
-            (NIL, w) => Some(w),
-            (h, w) => Some(if self.exp.get(h).sn < self.exp.get(w).sn { h } else { w }),
-        }
-    }
-
-    #[inline]
-    fn remove_expected(&mut self, i: u32) -> R {
-        let e = self.exp.get(i);
-        let list = if e.mask == FULL_MASK { &mut self.exp_buckets[bucket_index(e.tag)] } else { &mut self.wild };
-        unlink(&mut self.exp, list, i, |e| &mut e.links);
-        self.exp_count -= 1;
-        self.exp.remove(i).value
+        let i = self.queues.take(&mut self.exp, tag)?;
+        Some(self.exp.remove(i).value)
     }
 
     /// Queues an unexpected message.
     pub fn push_unexpected(&mut self, tag: Tag, msg: U) -> UnexpHandle {
-        let (index, gen) = self.unexp.insert(Unexpected { tag, by_tag: UNLINKED, by_arrival: UNLINKED, value: msg });
-        push_back(&mut self.unexp, &mut self.unexp_buckets[bucket_index(tag)], index, |e| &mut e.by_tag);
-        push_back(&mut self.unexp, &mut self.arrival, index, |e| &mut e.by_arrival);
-        self.unexp_count += 1;
-        UnexpHandle { index, gen }
+        self.unexp.push(tag, msg)
     }
 
     /// Cancels a posted receive; `None` when it already matched or was cancelled.
@@ -424,7 +624,8 @@ impl<R, U> TagMatcher<R, U> {
         if !self.exp.live(h.index, h.gen) {
             return None;
         }
-        Some(self.remove_expected(h.index))
+        self.queues.remove(&mut self.exp, h.index);
+        Some(self.exp.remove(h.index).value)
     }
 
     /// The posted receive `h`, while it waits.
@@ -437,47 +638,28 @@ impl<R, U> TagMatcher<R, U> {
 
     /// The earliest unexpected message matching `(tag, mask)`, without removing it.
     pub fn probe(&mut self, tag: Tag, mask: Tag) -> Option<(UnexpHandle, Tag, &mut U)> {
-        let i = self.find_unexpected(tag, mask)?;
-        let gen = self.unexp.slots[i as usize].gen;
-        let e = self.unexp.get_mut(i);
-        Some((UnexpHandle { index: i, gen }, e.tag, &mut e.value))
+        self.unexp.probe(tag, mask)
     }
 
     /// The unexpected message `h`, while queued.
     pub fn unexpected_mut(&mut self, h: UnexpHandle) -> Option<&mut U> {
-        if !self.unexp.live(h.index, h.gen) {
-            return None;
-        }
-        Some(&mut self.unexp.get_mut(h.index).value)
+        self.unexp.get_mut(h)
     }
 
     /// Removes the unexpected message `h`.
     pub fn take_unexpected(&mut self, h: UnexpHandle) -> Option<(Tag, U)> {
-        if !self.unexp.live(h.index, h.gen) {
-            return None;
-        }
-        Some(self.remove_unexpected(h.index))
+        self.unexp.take(h)
     }
 
     /// Removes every posted receive, in posting order.
     pub fn drain_expected(&mut self) -> Vec<R> {
-        let mut all: Vec<(u64, u32)> = Vec::with_capacity(self.exp_count);
-        for (i, s) in self.exp.slots.iter().enumerate() {
-            if let Some(e) = &s.val {
-                all.push((e.sn, i as u32));
-            }
-        }
-        all.sort_unstable();
-        all.into_iter().map(|(_, i)| self.remove_expected(i)).collect()
+        let order = self.queues.drain(&mut self.exp);
+        order.into_iter().map(|i| self.exp.remove(i).value).collect()
     }
 
     /// Removes every unexpected message, in arrival order.
     pub fn drain_unexpected(&mut self) -> Vec<(Tag, U)> {
-        let mut out = Vec::with_capacity(self.unexp_count);
-        while self.arrival.head != NIL {
-            out.push(self.remove_unexpected(self.arrival.head));
-        }
-        out
+        self.unexp.drain()
     }
 }
 

@@ -3,4 +3,7 @@
 pub mod matcher;
 pub(crate) mod proto;
 
-pub use matcher::{bucket_index, tag_matches, Arrived, Posted, RecvHandle, Tag, TagMatcher, UnexpHandle, FULL_MASK};
+pub use matcher::{
+    bucket_index, tag_matches, Arrived, ExpEntry, ExpQueues, ExpStore, Posted, RecvHandle, Tag, TagMatcher,
+    UnexpHandle, UnexpQueue, FULL_MASK,
+};

@@ -795,22 +795,20 @@ impl Core {
     /// The buffers in `buf` must stay valid, and not be accessed, until the request completes.
     #[inline]
     pub unsafe fn tag_recv(&self, buf: Buf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
-        let mut tm = self.tm.borrow_mut();
-        if let Some((tag, msg)) = tm.take_unexpected_match(tag, mask) {
-            drop(tm);
+        let matched = self.unexp.borrow_mut().take_match(tag, mask);
+        if let Some((tag, msg)) = matched {
             return self.recv_matched(buf, tag, msg, param);
         }
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
         }
         let hint = param.memh.map(|m| m.id);
-        let mut reqs = self.reqs.borrow_mut();
-        let mut rid = Id::from_raw(0);
-        tm.post_expected_with(tag, mask, |h| {
-            let st = ReqState::new(ReqKind::Recv(recv_req(buf, Some(h), hint)), param.callback, param.callback_fn);
-            rid = reqs.insert(st);
-            rid
-        });
+        let mut guard = self.reqs.borrow_mut();
+        let reqs = &mut *guard;
+        let mut st = ReqState::new(ReqKind::Recv(recv_req(buf, hint)), param.callback, param.callback_fn);
+        st.exp = reqs.exp.entry(tag, mask);
+        let rid = reqs.tab.insert(st);
+        reqs.exp.link(&mut reqs.tab, rid.index());
         Ok(RecvOut::Req(rid))
     }
 
@@ -846,7 +844,7 @@ impl Core {
                 out
             }
             Unexp::Frag { key, total, data, sync } => {
-                let mut r = recv_req(buf, None, param.memh.map(|m| m.id));
+                let mut r = recv_req(buf, param.memh.map(|m| m.id));
                 r.total = total;
                 r.received = data.len();
                 r.sync = sync;
@@ -864,7 +862,7 @@ impl Core {
             }
             Unexp::Rts(rts) => {
                 let hint = param.memh.map(|m| m.id);
-                let rid = self.req_with(ReqKind::Recv(recv_req(buf, None, hint)), param);
+                let rid = self.req_with(ReqKind::Recv(recv_req(buf, hint)), param);
                 self.set_info(rid, info);
                 self.rndv_matched(rid, rts);
                 Ok(RecvOut::Req(rid))
@@ -933,19 +931,22 @@ impl Core {
         if let Some((ep, sreq)) = sync {
             self.sync_ack(ep, sreq);
         }
-        self.complete_with(rid, |r| {
-            let ReqKind::Recv(rr) = &mut r.kind else { return None };
-            rr.posted = None;
-            let status = if payload.len() > rr.buf.len() {
-                Status::MessageTruncated
-            } else {
-                // SAFETY: the caller of `tag_recv` keeps the buffer valid; it fits.
-                unsafe { rr.buf.copy_in(0, payload) };
-                Status::Ok
-            };
-            r.info = RecvInfo { length: payload.len(), sender_tag: tag };
-            Some(status)
-        });
+        self.complete_with(rid, |r| Self::fill_whole(r, tag, payload));
+    }
+
+    /// Copies a whole message into the receive `r` (nothing past its buffer); the status.
+    #[inline(always)]
+    pub(crate) fn fill_whole(r: &mut ReqState, tag: Tag, payload: &[u8]) -> Option<Status> {
+        let ReqKind::Recv(rr) = &mut r.kind else { return None };
+        let status = if payload.len() > rr.buf.len() {
+            Status::MessageTruncated
+        } else {
+            // SAFETY: the caller of `tag_recv` keeps the buffer valid; it fits.
+            unsafe { rr.buf.copy_in(0, payload) };
+            Status::Ok
+        };
+        r.info = RecvInfo { length: payload.len(), sender_tag: tag };
+        Some(status)
     }
 
     #[inline(always)]
@@ -955,14 +956,11 @@ impl Core {
             tracing::warn!("eager: message shorter than its header; dropped");
             return;
         };
-        let hit = self.tm.borrow_mut().take_expected(tag);
-        match hit {
-            Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_ONLY..], None),
-            None => {
-                self.count(|c| &mut c.unexpected);
-                let desc = m.keep_in(&self.kept_msgs);
-                self.tm.borrow_mut().push_unexpected(tag, Unexp::Eager { desc, offset: len::EAGER_ONLY, sync: None });
-            }
+        let payload = &data[len::EAGER_ONLY..];
+        if !self.deliver_expected(tag, payload) {
+            self.count(|c| &mut c.unexpected);
+            let desc = m.keep_in(&self.kept_msgs);
+            self.unexp.borrow_mut().push(tag, Unexp::Eager { desc, offset: len::EAGER_ONLY, sync: None });
         }
     }
 
@@ -973,14 +971,14 @@ impl Core {
             tracing::warn!("eager sync: message shorter than its header; dropped");
             return;
         };
-        let hit = self.tm.borrow_mut().take_expected(tag);
+        let hit = self.take_expected(tag);
         match hit {
             Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_SYNC_ONLY..], Some((ep, sreq))),
             None => {
                 self.count(|c| &mut c.unexpected);
                 let desc = m.keep_in(&self.kept_msgs);
                 let u = Unexp::Eager { desc, offset: len::EAGER_SYNC_ONLY, sync: Some((ep, sreq)) };
-                self.tm.borrow_mut().push_unexpected(tag, u);
+                self.unexp.borrow_mut().push(tag, u);
             }
         }
     }
@@ -1010,7 +1008,7 @@ impl Core {
         }
         let key = (ep, msg_id);
         let sync = sreq.map(|s| (ep, s));
-        let hit = self.tm.borrow_mut().take_expected(tag);
+        let hit = self.take_expected(tag);
         match hit {
             Some(rid) if payload.len() == total => self.deliver_whole(rid, tag, payload, sync),
             Some(rid) => {
@@ -1019,7 +1017,6 @@ impl Core {
                     let Some(st) = reqs.get_mut(rid) else { return };
                     st.info = RecvInfo { length: total, sender_tag: tag };
                     let ReqKind::Recv(rr) = &mut st.kind else { return };
-                    rr.posted = None;
                     rr.total = total;
                     rr.received = payload.len();
                     rr.sync = sync;
@@ -1036,7 +1033,7 @@ impl Core {
                 self.count(|c| &mut c.unexpected);
                 let u = Unexp::Frag { key, total, data: self.frag_buf(payload), sync };
                 let complete = payload.len() == total;
-                let h = self.tm.borrow_mut().push_unexpected(tag, u);
+                let h = self.unexp.borrow_mut().push(tag, u);
                 if !complete {
                     self.frags.borrow_mut().insert(key, FragTarget::Unexp(h));
                 }
@@ -1065,7 +1062,7 @@ impl Core {
             Some(data.len() == total)
         };
         let complete = match target {
-            FragTarget::Unexp(h) => match self.tm.borrow_mut().unexpected_mut(h) {
+            FragTarget::Unexp(h) => match self.unexp.borrow_mut().get_mut(h) {
                 Some(Unexp::Frag { data, total, .. }) => append(data, *total),
                 _ => None,
             },
@@ -1118,14 +1115,14 @@ impl Core {
     /// Looks at the unexpected queue (`ucp_tag_probe_nb`); with `remove`, takes the message
     /// out into a handle for [`Core::msg_recv`].
     pub fn probe(&self, tag: Tag, mask: Tag, remove: bool) -> Option<(RecvInfo, Option<Id>)> {
-        let mut tm = self.tm.borrow_mut();
-        let (h, t, msg) = tm.probe(tag, mask)?;
+        let mut unexp = self.unexp.borrow_mut();
+        let (h, t, msg) = unexp.probe(tag, mask)?;
         let info = RecvInfo { length: msg.length(), sender_tag: t };
         if !remove {
             return Some((info, None));
         }
-        let (t, msg) = tm.take_unexpected(h)?;
-        drop(tm);
+        let (t, msg) = unexp.take(h)?;
+        drop(unexp);
         let key = match &msg {
             Unexp::Frag { key, data, total, .. } if data.len() < *total => Some(*key),
             _ => None,
@@ -1177,18 +1174,15 @@ impl Core {
             return;
         };
         let rts = Rts { ep, sreq, size, addr, rkey, contig: flags & wire::RTS_FLAG_CONTIG != 0 };
-        let hit = self.tm.borrow_mut().take_expected(tag);
+        let hit = self.take_expected(tag);
         match hit {
             Some(rid) => {
                 self.set_info(rid, RecvInfo { length: size, sender_tag: tag });
-                if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.borrow_mut().get_mut(rid) {
-                    rr.posted = None;
-                }
                 self.rndv_matched(rid, rts);
             }
             None => {
                 self.count(|c| &mut c.unexpected);
-                self.tm.borrow_mut().push_unexpected(tag, Unexp::Rts(rts));
+                self.unexp.borrow_mut().push(tag, Unexp::Rts(rts));
             }
         }
     }
@@ -1429,6 +1423,6 @@ enum SendPhaseView {
 }
 
 #[inline]
-fn recv_req(buf: Buf, posted: Option<crate::tag::RecvHandle>, hint: Option<Id>) -> RecvReq {
-    RecvReq { buf, posted, received: 0, total: 0, zc: None, sync: None, truncated: false, hint }
+fn recv_req(buf: Buf, hint: Option<Id>) -> RecvReq {
+    RecvReq { buf, received: 0, total: 0, zc: None, sync: None, truncated: false, hint }
 }
