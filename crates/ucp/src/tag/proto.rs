@@ -52,6 +52,16 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     }
 }
 
+/// A tag send's arguments, carried along its paths off the common one.
+struct TagSend {
+    ep: Rc<Ep>,
+    ep_id: Id,
+    buf: Buf,
+    tag: Tag,
+    sync: bool,
+    param: RequestParam,
+}
+
 impl Core {
     // ---- send side ---------------------------------------------------------------------------
 
@@ -76,12 +86,12 @@ impl Core {
         if !sync && buf.len() < ep.cfg.rndv_thresh && !param.flags.contains(RequestFlags::NO_IMM_CMPL) && ep.ready() {
             return match self.eager_now(&ep, &buf, tag) {
                 Some(Ok(Outcome::Done(()))) => Ok(None),
-                Some(r) => self.eager_not_done(ep, ep_id, buf, tag, param, r),
+                Some(r) => self.eager_not_done(TagSend { ep, ep_id, buf, tag, sync, param }, r),
                 // More than one fragment: the request path.
-                None => self.tag_send_queued(ep, ep_id, buf, tag, false, param, true).map(Some),
+                None => self.tag_send_queued(TagSend { ep, ep_id, buf, tag, sync, param }, true).map(Some),
             };
         }
-        self.tag_send_general(ep, ep_id, buf, tag, sync, param)
+        self.tag_send_general(TagSend { ep, ep_id, buf, tag, sync, param })
     }
 
     #[cold]
@@ -94,17 +104,9 @@ impl Core {
     /// What an immediate eager attempt that did not complete leads to: a full lane queues the
     /// send (without trying again at once), an error fails it.
     #[inline(never)]
-    fn eager_not_done(
-        &self,
-        ep: Rc<Ep>,
-        ep_id: Id,
-        buf: Buf,
-        tag: Tag,
-        param: RequestParam,
-        r: UcsResult<Outcome<()>>,
-    ) -> UcsResult<Option<Id>> {
+    fn eager_not_done(&self, s: TagSend, r: UcsResult<Outcome<()>>) -> UcsResult<Option<Id>> {
         match r {
-            Ok(Outcome::NoResource) => self.tag_send_queued(ep, ep_id, buf, tag, false, param, false).map(Some),
+            Ok(Outcome::NoResource) => self.tag_send_queued(s, false).map(Some),
             Ok(_) => Ok(None),
             Err(e) => Err(e),
         }
@@ -113,42 +115,24 @@ impl Core {
     /// A send off the common path: a failed, closed or not yet ready endpoint (replaying what
     /// it queued first), a synchronous or large message, or one that must not complete at once.
     #[inline(never)]
-    fn tag_send_general(
-        &self,
-        ep: Rc<Ep>,
-        ep_id: Id,
-        buf: Buf,
-        tag: Tag,
-        sync: bool,
-        param: RequestParam,
-    ) -> UcsResult<Option<Id>> {
-        if let Some(e) = ep.error() {
+    fn tag_send_general(&self, s: TagSend) -> UcsResult<Option<Id>> {
+        if let Some(e) = s.ep.error() {
             return Err(e);
         }
-        let len = buf.len();
-        let imm = !param.flags.contains(RequestFlags::NO_IMM_CMPL);
-        if imm && !sync && len < ep.cfg.rndv_thresh && self.ready_after_replay(&ep) {
-            if let Some(r) = self.eager_now(&ep, &buf, tag) {
-                return self.eager_not_done(ep, ep_id, buf, tag, param, r);
+        let imm = !s.param.flags.contains(RequestFlags::NO_IMM_CMPL);
+        if imm && !s.sync && s.buf.len() < s.ep.cfg.rndv_thresh && self.ready_after_replay(&s.ep) {
+            if let Some(r) = self.eager_now(&s.ep, &s.buf, s.tag) {
+                return self.eager_not_done(s, r);
             }
         }
-        self.tag_send_queued(ep, ep_id, buf, tag, sync, param, true).map(Some)
+        self.tag_send_queued(s, true).map(Some)
     }
 
     /// The request path of a send: starts it now if the endpoint is ready and `try_now`, else
     /// queues it.
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn tag_send_queued(
-        &self,
-        ep: Rc<Ep>,
-        ep_id: Id,
-        buf: Buf,
-        tag: Tag,
-        sync: bool,
-        param: RequestParam,
-        try_now: bool,
-    ) -> UcsResult<Id> {
+    fn tag_send_queued(&self, s: TagSend, try_now: bool) -> UcsResult<Id> {
+        let TagSend { ep, ep_id, buf, tag, sync, param } = s;
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
         }
