@@ -463,6 +463,9 @@ impl Core {
             let reqs = &mut *guard;
             let Some(i) = reqs.exp.take(&mut reqs.tab, tag) else { return false };
             let Some(mut entry) = reqs.tab.occupied_at(i) else { return true };
+            // `complete_entry` written out with the fill called directly: through a closure,
+            // the copy into the buffer stays out of line (555 against 536 instructions per
+            // message for the `tag_bw -s 8` receiver).
             let r = entry.get_mut();
             if r.status != Status::InProgress {
                 return true;

@@ -188,12 +188,10 @@ impl<T> IdTable<T> {
     /// The object `id` names, to read or change and then perhaps free under the same lookup.
     #[inline]
     pub fn occupied(&mut self, id: Id) -> Option<Occupied<'_, T>> {
-        let index = id.index();
-        let slot = self.slots.get(index as usize).filter(|s| s.generation == id.generation())?;
-        match slot.entry {
-            Entry::Occupied(_) => Some(Occupied { table: self, index }),
-            Entry::Vacant(_) => None,
+        if self.slots.get(id.index() as usize)?.generation != id.generation() {
+            return None;
         }
+        self.occupied_at(id.index())
     }
 
     /// The object in slot `index`, whatever its generation: for structures that link a table's

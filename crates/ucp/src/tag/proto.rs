@@ -83,7 +83,7 @@ impl Core {
         };
         // The common case first: a connected endpoint with nothing queued (so no error and
         // nothing to replay) and a message that may complete at once.
-        if !sync && buf.len() < ep.cfg.rndv_thresh && !param.flags.contains(RequestFlags::NO_IMM_CMPL) && ep.ready() {
+        if Self::may_complete_now(&ep, &buf, sync, &param) && ep.ready() {
             return match self.eager_now(&ep, &buf, tag) {
                 Some(Ok(Outcome::Done(()))) => Ok(None),
                 Some(r) => self.eager_not_done(TagSend { ep, ep_id, buf, tag, sync, param }, r),
@@ -92,6 +92,13 @@ impl Core {
             };
         }
         self.tag_send_general(TagSend { ep, ep_id, buf, tag, sync, param })
+    }
+
+    /// Whether a send may complete before it returns: not synchronous, under the rendezvous
+    /// threshold, and allowed to (no `NO_IMM_CMPL`).
+    #[inline(always)]
+    fn may_complete_now(ep: &Ep, buf: &Buf, sync: bool, param: &RequestParam) -> bool {
+        !sync && buf.len() < ep.cfg.rndv_thresh && !param.flags.contains(RequestFlags::NO_IMM_CMPL)
     }
 
     #[cold]
@@ -119,8 +126,7 @@ impl Core {
         if let Some(e) = s.ep.error() {
             return Err(e);
         }
-        let imm = !s.param.flags.contains(RequestFlags::NO_IMM_CMPL);
-        if imm && !s.sync && s.buf.len() < s.ep.cfg.rndv_thresh && self.ready_after_replay(&s.ep) {
+        if Self::may_complete_now(&s.ep, &s.buf, s.sync, &s.param) && self.ready_after_replay(&s.ep) {
             if let Some(r) = self.eager_now(&s.ep, &s.buf, s.tag) {
                 return self.eager_not_done(s, r);
             }
