@@ -196,15 +196,27 @@ impl<'a> Engine<'a> {
     /// Waits until fewer than `limit` sends are outstanding.
     #[inline]
     fn wait_sends(&mut self, limit: usize) -> Result<(), String> {
-        while self.sends.count.get() >= limit {
-            self.progress();
+        if self.sends.count.get() >= limit {
+            self.wait(&self.sends, limit)?;
         }
-        self.check()
+        Ok(())
     }
 
     #[inline]
     fn wait_recvs(&mut self, limit: usize) -> Result<(), String> {
-        while self.recvs.count.get() >= limit {
+        if self.recvs.count.get() >= limit {
+            self.wait(&self.recvs, limit)?;
+        }
+        Ok(())
+    }
+
+    /// Progresses until fewer than `limit` operations of `o` are outstanding, then reports the
+    /// first error seen. Errors are checked only after a wait, off the path of an operation
+    /// that completed at once; one reported by a callback that ran inside a send or receive
+    /// call is caught by the next wait or by [`Self::drain`].
+    #[inline(never)]
+    fn wait(&self, o: &Outstanding, limit: usize) -> Result<(), String> {
+        while o.count.get() >= limit {
             self.progress();
         }
         self.check()
@@ -269,9 +281,12 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Waits for every operation, then reports the first error any had (one that completed
+    /// inside a send or receive call has not been checked yet).
     fn drain(&mut self) -> Result<(), String> {
         self.wait_sends(1)?;
-        self.wait_recvs(1)
+        self.wait_recvs(1)?;
+        self.check()
     }
 
     fn pingpong(&mut self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured)) -> Result<(), String> {
