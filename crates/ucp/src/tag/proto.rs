@@ -84,6 +84,14 @@ impl Core {
         // The common case first: a connected endpoint with nothing queued (so no error and
         // nothing to replay) and a message that may complete at once.
         if Self::may_complete_now(&ep, &buf, sync, &param) && ep.ready() {
+            if let Some(seg) = Self::short_seg(&ep, &buf) {
+                // Eager short, tested here rather than through `eager_now`'s wrapped outcome.
+                let r = self.send_short(&ep, seg, tag);
+                if let Ok(Outcome::Done(())) = r {
+                    return Ok(None);
+                }
+                return self.eager_not_done(TagSend { ep, ep_id, buf, tag, sync, param }, r);
+            }
             return match self.eager_now(&ep, &buf, tag) {
                 Some(Ok(Outcome::Done(()))) => Ok(None),
                 Some(r) => self.eager_not_done(TagSend { ep, ep_id, buf, tag, sync, param }, r),
