@@ -272,8 +272,8 @@ impl Producer {
         // state now, so that write does not wait for the line to come over from the consumer's
         // core. Not the next element: an idle consumer polls that one's flags, and taking its
         // line away would only make it come back (measured: slower ping-pong).
-        // Two elements on by address: near the end of the ring that is past the elements, so
-        // nothing is fetched then (rather than computing the wrapped slot every time).
+        // Two elements on, by address: for the last two slots that is past the ring and nothing
+        // is fetched, which is cheaper than computing the wrapped slot on every publish.
         let ahead = claim.elem.as_ptr().cast::<u8>().wrapping_add(2 * self.fifo.layout.elem_size as usize);
         if ahead.cast_const() < self.end {
             prefetch(ahead, true);
