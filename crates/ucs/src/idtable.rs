@@ -125,6 +125,17 @@ impl<T> IdTable<T> {
         self.insert_grow(value)
     }
 
+    /// The slot index the next [`insert`](Self::insert) uses (the id's generation is known
+    /// only then), for structures that link the new entry before it is stored.
+    #[inline]
+    pub fn next_index(&self) -> u32 {
+        if (self.free_head as usize) < self.slots.len() {
+            self.free_head
+        } else {
+            self.slots.len() as u32
+        }
+    }
+
     /// `try_insert` without a free slot: a new one at the end.
     #[inline(never)]
     fn insert_grow(&mut self, value: T) -> Result<Id, T> {
@@ -423,6 +434,21 @@ mod tests {
         assert_eq!(b.index(), a.index());
         let mut e = t.occupied_at(b.index()).unwrap();
         assert_eq!((e.id(), *e.get_mut()), (b, 2), "the new generation's object and id");
+    }
+
+    #[test]
+    fn next_index_is_the_slot_the_next_insert_takes() {
+        let mut t = IdTable::new();
+        assert_eq!(t.next_index(), 0, "empty: the first slot");
+        let ids: Vec<Id> = (0..4).map(|i| t.insert(i)).collect();
+        assert_eq!(t.next_index(), 4, "no free slot: a new one at the end");
+        t.remove(ids[1]);
+        t.remove(ids[3]);
+        for _ in 0..3 {
+            let at = t.next_index();
+            assert_eq!(t.insert(9).index(), at, "freed slots (latest first), then the end");
+        }
+        assert_eq!(t.next_index(), 5);
     }
 
     #[test]

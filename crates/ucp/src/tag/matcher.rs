@@ -117,6 +117,15 @@ impl<T> Slab<T> {
     }
 
     #[inline]
+    /// The slot index the next [`insert`](Self::insert) uses.
+    fn next_index(&self) -> u32 {
+        if (self.free as usize) < self.slots.len() {
+            self.free
+        } else {
+            self.slots.len() as u32
+        }
+    }
+
     fn insert(&mut self, v: T) -> (u32, u32) {
         let i = self.free;
         if let Some(s) = self.slots.get_mut(i as usize) {
@@ -156,7 +165,7 @@ impl<T> Slab<T> {
 // ---- expected receives ------------------------------------------------------------------------
 
 /// The matching fields and list links of one expected receive, kept in the caller's storage
-/// ([`ExpStore`]). Made by [`ExpQueues::entry`]; only the queues change it.
+/// ([`ExpStore`]). Made by [`ExpQueues::post_at`]; only the queues change it.
 #[derive(Clone, Copy, Debug)]
 pub struct ExpEntry {
     /// The receive's tag with its mask applied.
@@ -165,7 +174,7 @@ pub struct ExpEntry {
     /// Posting sequence number.
     sn: u64,
     links: Links,
-    /// On a queue (between [`ExpQueues::link`] and its match or removal).
+    /// On a queue (from [`ExpQueues::post_at`] until its match or removal).
     posted: bool,
 }
 
@@ -181,7 +190,7 @@ impl ExpEntry {
 }
 
 /// Where the [`ExpEntry`]s of posted receives live, by slot index. Every index the queues were
-/// given ([`ExpQueues::link`]) must name the same entry until it is matched or removed.
+/// given ([`ExpQueues::post_at`]) must name the same entry until it is matched or removed.
 pub trait ExpStore {
     /// The entry of slot `i`.
     fn exp_entry(&mut self, i: u32) -> &mut ExpEntry;
@@ -228,25 +237,24 @@ impl ExpQueues {
         self.count == 0
     }
 
-    /// The entry of a receive for `(tag, mask)` about to be posted, with the next sequence
-    /// number: store it in slot `i` of the store, then [`link`](Self::link) `i`.
+    /// Queues a receive for `(tag, mask)` about to be stored in slot `i` (which the store does
+    /// not hold yet), after every receive posted before it, and returns its entry with the next
+    /// sequence number, already linked: store it in slot `i` before the queues are used again.
+    /// Slot `i` itself is never looked up.
     #[inline]
-    pub fn entry(&mut self, tag: Tag, mask: Tag) -> ExpEntry {
+    pub fn post_at(&mut self, s: &mut (impl ExpStore + ?Sized), tag: Tag, mask: Tag, i: u32) -> ExpEntry {
         let sn = self.next_sn;
         self.next_sn += 1;
-        ExpEntry { tag: tag & mask, mask, sn, links: UNLINKED, posted: false }
-    }
-
-    /// Queues the receive whose entry (from [`entry`](Self::entry)) is in slot `i`, after every
-    /// receive posted before it.
-    #[inline]
-    pub fn link(&mut self, s: &mut (impl ExpStore + ?Sized), i: u32) {
-        let e = s.exp_entry(i);
-        debug_assert!(!e.posted, "linking a posted receive twice");
-        e.posted = true;
-        let list = if e.mask == FULL_MASK { &mut self.buckets[bucket_index(e.tag)] } else { &mut self.wild };
-        push_back(&mut ExpLinks(s), list, i);
+        let list = if mask == FULL_MASK { &mut self.buckets[bucket_index(tag & mask)] } else { &mut self.wild };
+        let prev = list.tail;
+        if prev == NIL {
+            list.head = i;
+        } else {
+            s.exp_entry(prev).links.next = i;
+        }
+        list.tail = i;
         self.count += 1;
+        ExpEntry { tag: tag & mask, mask, sn, links: Links { prev, next: NIL }, posted: true }
     }
 
     /// A message tagged `tag` arrived: unlinks the earliest-posted matching receive and returns
@@ -587,9 +595,10 @@ impl<R, U> TagMatcher<R, U> {
 
     /// Queues a receive without looking at unexpected messages (the caller searched already).
     pub fn post_expected(&mut self, tag: Tag, mask: Tag, recv: R) -> RecvHandle {
-        let entry = self.queues.entry(tag, mask);
+        let at = self.exp.next_index();
+        let entry = self.queues.post_at(&mut self.exp, tag, mask, at);
         let (index, gen) = self.exp.insert(ExpSlot { entry, value: recv });
-        self.queues.link(&mut self.exp, index);
+        debug_assert_eq!(index, at);
         RecvHandle { index, gen }
     }
 

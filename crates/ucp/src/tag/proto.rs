@@ -803,10 +803,13 @@ impl Core {
         let hint = param.memh.map(|m| m.id);
         let mut guard = self.reqs.borrow_mut();
         let reqs = &mut *guard;
+        // Queued first, by the slot it is about to take, so the slot is not looked up again.
+        let at = reqs.tab.next_index();
+        let exp = reqs.exp.post_at(&mut reqs.tab, tag, mask, at);
         let mut st = ReqState::new(ReqKind::Recv(recv_req(buf, hint)), param.callback, param.callback_fn);
-        st.exp = reqs.exp.entry(tag, mask);
+        st.exp = exp;
         let rid = reqs.tab.insert(st);
-        reqs.exp.link(&mut reqs.tab, rid.index());
+        debug_assert_eq!(rid.index(), at, "the request took another slot than the queues were told");
         Ok(RecvOut::Req(rid))
     }
 
