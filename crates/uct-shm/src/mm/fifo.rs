@@ -320,6 +320,10 @@ pub struct Consumer {
     release_mask: u64,
     /// The element of `read_index`, moved along with it (no slot arithmetic per access).
     cur: NonNull<ElemHeader>,
+    /// The element after `cur` (the first one after the last).
+    next: NonNull<ElemHeader>,
+    /// The owner bit a published element at `read_index` carries (flips every lap).
+    owner: u8,
 }
 
 impl Consumer {
@@ -330,8 +334,9 @@ impl Consumer {
             tracing::error!(release_batch, "FIFO release batch must be a power of two <= FIFO size");
             return Err(Status::InvalidParam);
         }
-        let cur = fifo.elem(0);
-        Ok(Consumer { fifo, read_index: 0, release_mask: release_batch as u64 - 1, cur })
+        let (cur, next) = (fifo.elem(0), fifo.elem(1));
+        let owner = fifo.owner_bit(0);
+        Ok(Consumer { fifo, read_index: 0, release_mask: release_batch as u64 - 1, cur, next, owner })
     }
 
     /// The FIFO.
@@ -347,7 +352,7 @@ impl Consumer {
         // producer's release store, so the header fields read next are the published ones.
         unsafe {
             let flags = (*e).flags.load(Ordering::Acquire);
-            if flags & ELEM_FLAG_OWNER != self.fifo.owner_bit(self.read_index) {
+            if flags & ELEM_FLAG_OWNER != self.owner {
                 return None;
             }
             Some(RxElem {
@@ -366,7 +371,7 @@ impl Consumer {
         let e = self.cur.as_ptr();
         // SAFETY: `e` is an element of the live FIFO; only its atomic flags are read.
         let flags = unsafe { (*e).flags.load(Ordering::Acquire) };
-        flags & ELEM_FLAG_OWNER == self.fifo.owner_bit(self.read_index)
+        flags & ELEM_FLAG_OWNER == self.owner
     }
 
     /// Starts fetching the element after the read index (while the current one is handled).
@@ -374,18 +379,7 @@ impl Consumer {
     /// written yet, and fetching it early only takes its line from the producer.
     #[inline]
     pub fn prefetch_next(&self) {
-        prefetch(self.next_elem().as_ptr().cast(), false);
-    }
-
-    /// The element after the one at the read index.
-    #[inline]
-    fn next_elem(&self) -> NonNull<ElemHeader> {
-        if self.index_slot() + 1 == self.fifo.layout.fifo_size as usize {
-            self.fifo.elem(0)
-        } else {
-            // SAFETY: not the last slot, so the next element lies within the FIFO.
-            unsafe { self.cur.cast::<u8>().add(self.fifo.layout.elem_size as usize).cast() }
-        }
+        prefetch(self.next.as_ptr().cast(), false);
     }
 
     /// The slot (element index) of the read index.
@@ -413,8 +407,18 @@ impl Consumer {
     /// Moves past the element at the read index, releasing a batch of slots when complete.
     #[inline]
     pub fn advance(&mut self) {
-        self.cur = self.next_elem();
+        self.cur = self.next;
         self.read_index += 1;
+        let slot = self.index_slot();
+        if slot == 0 {
+            self.owner ^= ELEM_FLAG_OWNER;
+        }
+        self.next = if slot + 1 == self.fifo.layout.fifo_size as usize {
+            self.fifo.elem(0)
+        } else {
+            // SAFETY: not the last slot, so the next element lies within the FIFO.
+            unsafe { self.cur.cast::<u8>().add(self.fifo.layout.elem_size as usize).cast() }
+        };
         if self.read_index & self.release_mask == 0 {
             self.fifo.ctl().tail.store(self.read_index, Ordering::Release);
         }
