@@ -234,6 +234,20 @@ fn record_of(i: &WorkerIface) -> IfaceRecord {
     }
 }
 
+/// Runs an active-message handler's work on the core it was made for, unless the core is
+/// being dropped (then the message is dropped), without taking a reference count per message.
+#[inline(always)]
+fn with_core(w: &Weak<Core>, f: impl FnOnce(&Core)) {
+    if w.strong_count() > 0 {
+        // SAFETY: the core is alive (a non-zero strong count: it is not being dropped). It
+        // stays alive for the whole handler: handlers run only inside a call on this core (its
+        // progress, or a send on its `self` lane), reached through a `Worker` or `Endpoint`
+        // handle whose `Arc` keeps the worker, and so the core's `Rc`, alive until the call
+        // returns; nothing a handler or a user callback does can drop the caller's handle.
+        f(unsafe { &*w.as_ptr() })
+    }
+}
+
 impl Core {
     /// Opens an interface on every resource of `ctx` and builds the address.
     pub fn new(ctx: &Context, name: &str) -> UcsResult<Rc<Core>> {
@@ -272,17 +286,17 @@ impl Core {
                                 // Eager messages, the common case, skip the dispatch by id.
                                 let h: uct::AmHandler = if id == wire::AM_EAGER_ONLY {
                                     Rc::new(move |m: AmRecv<'_>| {
-                                        if let Some(core) = w.upgrade() {
+                                        with_core(&w, |core| {
                                             core.activate(index);
                                             core.on_eager_only(m);
-                                        }
+                                        })
                                     })
                                 } else {
                                     Rc::new(move |m: AmRecv<'_>| {
-                                        if let Some(core) = w.upgrade() {
+                                        with_core(&w, |core| {
                                             core.activate(index);
                                             core.on_am(id, m);
-                                        }
+                                        })
                                     })
                                 };
                                 if let Err(e) = iface.set_am_handler(id, Some(h)) {
