@@ -315,8 +315,10 @@ impl<T> Occupied<'_, T> {
     pub fn get_mut(&mut self) -> &mut T {
         match &mut self.slot().entry {
             Entry::Occupied(v) => v,
-            // Made only for an occupied slot (see `slot`).
-            Entry::Vacant(_) => unreachable!("an Occupied entry of a vacant slot"),
+            // SAFETY: made only for an occupied slot, which stays occupied while `self` borrows
+            // the table (see `slot`); `Occupied` has no way to vacate it short of consuming
+            // itself.
+            Entry::Vacant(_) => unsafe { std::hint::unreachable_unchecked() },
         }
     }
 
