@@ -50,6 +50,9 @@ pub struct Meter {
     rep_iters: u64,
     rep_bytes: u64,
     rep_msgs: u64,
+    /// The "average" figures (latency, bandwidth, message rate) of the last interval that
+    /// counted iterations, for a measurement whose own interval is empty.
+    last_avg: Option<(f64, f64, f64)>,
     queue: Box<[u64]>,
     qhead: usize,
     qlen: usize,
@@ -74,6 +77,7 @@ impl Meter {
             rep_iters: 0,
             rep_bytes: 0,
             rep_msgs: 0,
+            last_avg: None,
             queue: vec![0u64; TIMING_QUEUE].into_boxed_slice(),
             qhead: 0,
             qlen: 0,
@@ -142,17 +146,31 @@ impl Meter {
             let i = ((window.len() - 1) as f64 * self.percentile / 100.0) as usize;
             secs(window[i.min(window.len() - 1)])
         };
+        // An interval without iterations (a report came on the last one, and the final
+        // figures follow at once) repeats the last interval that had some.
+        let empty = self.iters == self.rep_iters;
+        let (lat_avg_us, bw_avg_mbs, msgrate_avg) = match self.last_avg {
+            Some(last) if empty => last,
+            _ => (
+                int_t / int_iters * 1e6 / self.factor,
+                (self.bytes - self.rep_bytes) as f64 / int_t / mib * self.factor,
+                (self.msgs - self.rep_msgs) as f64 / int_t * self.factor,
+            ),
+        };
         let m = Measured {
             iters: self.iters,
             lat_percentile_us: pct * 1e6 / self.factor,
-            lat_avg_us: int_t / int_iters * 1e6 / self.factor,
+            lat_avg_us,
             lat_overall_us: total_t / (self.iters.max(1) as f64) * 1e6 / self.factor,
-            bw_avg_mbs: (self.bytes - self.rep_bytes) as f64 / int_t / mib * self.factor,
+            bw_avg_mbs,
             bw_overall_mbs: self.bytes as f64 / total_t / mib * self.factor,
-            msgrate_avg: (self.msgs - self.rep_msgs) as f64 / int_t * self.factor,
+            msgrate_avg,
             msgrate_overall: self.msgs as f64 / total_t * self.factor,
             elapsed_s: total_t,
         };
+        if reset_interval && !empty {
+            self.last_avg = Some((lat_avg_us, bw_avg_mbs, msgrate_avg));
+        }
         if reset_interval {
             self.rep_time = self.now;
             self.rep_iters = self.iters;
@@ -166,6 +184,26 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_last_interval_repeats_the_one_before() {
+        let mut m = Meter::new(4, 50.0, false);
+        m.start();
+        for _ in 0..4 {
+            let t = std::time::Instant::now();
+            while t.elapsed().as_micros() < 100 {}
+            m.update(1, 1000);
+        }
+        // A progress report on the last iteration, then the final figures at once.
+        let reported = m.measure(true);
+        m.stop();
+        let last = m.measure(true);
+        assert!(last.bw_avg_mbs > 0.0 && last.msgrate_avg > 0.0, "{last:?}");
+        assert_eq!(
+            (last.lat_avg_us, last.bw_avg_mbs, last.msgrate_avg),
+            (reported.lat_avg_us, reported.bw_avg_mbs, reported.msgrate_avg)
+        );
+    }
 
     #[test]
     fn counts_and_rates() {
