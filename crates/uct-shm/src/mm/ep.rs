@@ -12,6 +12,7 @@ use super::fifo::{FifoLayout, Producer};
 use super::iface::{Inner, IFACE_ADDR_LEN};
 use super::md::MmComponent;
 use super::segment::{SegId, Segment};
+use super::signal::SignalAddr;
 use crate::sm::LocalRegion;
 
 /// A peer interface, as its address describes it (validated).
@@ -53,6 +54,8 @@ pub(crate) struct EpShared {
     last_check: Cell<u64>,
     /// "No resources" answers since the clock was last read.
     full_count: Cell<u32>,
+    /// Where wakeup signals for the peer go.
+    signal_to: SignalAddr,
 }
 
 impl EpShared {
@@ -78,6 +81,7 @@ impl MmEp {
         let seg = Segment::attach(remote.seg)?;
         // SAFETY: the mapping lives in `EpShared::seg`, dropped after the producer.
         let fifo = unsafe { super::fifo::Fifo::from_raw(seg.base(), seg.len(), remote.layout)? };
+        let signal_to = SignalAddr::new(remote.seg.pid, remote.id);
         let shared = Rc::new(EpShared {
             producer: Producer::new(fifo),
             seg,
@@ -85,6 +89,7 @@ impl MmEp {
             failed: Cell::new(None),
             last_check: Cell::new(0),
             full_count: Cell::new(0),
+            signal_to,
         });
         let group = iface.pending.add_group();
         iface.eps.borrow_mut().push((group, Rc::downgrade(&shared)));
@@ -140,7 +145,7 @@ impl MmEp {
 
     #[inline]
     fn signal(&self) {
-        self.iface.signal_tx.signal(self.shared.remote.seg.pid, self.shared.remote.id);
+        self.iface.signal_tx.signal(&self.shared.signal_to);
     }
 
     /// Region of a remote key, bounded by the mapping the key attached.

@@ -11,6 +11,21 @@ pub struct SignalSocket {
     fd: OwnedFd,
 }
 
+/// The address of a receiving interface's socket, computed once per endpoint so a signal
+/// costs one system call and nothing else.
+pub struct SignalAddr {
+    addr: libc::sockaddr_un,
+    len: libc::socklen_t,
+}
+
+impl SignalAddr {
+    /// The socket of interface `id` of process `pid`.
+    pub fn new(pid: u32, id: u64) -> Self {
+        let (addr, len) = addr_for(pid, id);
+        SignalAddr { addr, len }
+    }
+}
+
 fn addr_for(pid: u32, id: u64) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -53,19 +68,18 @@ impl SignalSocket {
         Ok(SignalSocket { fd: socket()? })
     }
 
-    /// Signals interface `id` of process `pid`. A full queue means a signal is pending already;
-    /// a vanished receiver is not an error here (peer checks report it).
-    pub fn signal(&self, pid: u32, id: u64) {
-        let (a, len) = addr_for(pid, id);
-        // SAFETY: valid socket, empty buffer, valid address.
+    /// Signals the interface at `to`. A full queue means a signal is pending already; a
+    /// vanished receiver is not an error here (peer checks report it).
+    pub fn signal(&self, to: &SignalAddr) {
+        // SAFETY: valid socket, empty buffer, a valid address of `to.len` bytes.
         unsafe {
             libc::sendto(
                 self.fd.as_raw_fd(),
                 std::ptr::null(),
                 0,
                 libc::MSG_DONTWAIT,
-                (&a as *const libc::sockaddr_un).cast(),
-                len,
+                (&to.addr as *const libc::sockaddr_un).cast(),
+                to.len,
             )
         };
     }
