@@ -435,13 +435,13 @@ impl Core {
     /// Registers a request; returns its id.
     #[inline]
     pub fn req_new(&self, kind: ReqKind, callback: Option<Callback>) -> Id {
-        self.reqs.borrow_mut().insert(ReqState::new(kind, callback, None))
+        self.reqs.borrow_mut().insert(ReqState::new(kind, callback, None, false))
     }
 
     /// Registers a request with both kinds of callback from `param`.
     #[inline]
     pub fn req_with(&self, kind: ReqKind, param: crate::RequestParam) -> Id {
-        self.reqs.borrow_mut().insert(ReqState::new(kind, param.callback, param.callback_fn))
+        self.reqs.borrow_mut().insert(ReqState::new(kind, param.callback, param.callback_fn, param.detached))
     }
 
     /// Completes request `id` with `status` (once; later calls are ignored), runs its callback

@@ -71,6 +71,8 @@ pub struct RequestParam {
     /// A registration of the buffer (`ucp_mem_map`), used by zero-copy protocols instead of
     /// registering per message.
     pub memh: Option<crate::mem::MemHandle>,
+    /// Set by the `*_detached` operations: the request is released from the start (no handle).
+    pub(crate) detached: bool,
 }
 
 impl std::fmt::Debug for RequestParam {
@@ -417,13 +419,13 @@ pub(crate) struct ReqExt {
 
 impl ReqState {
     #[inline]
-    pub fn new(kind: ReqKind, callback: Option<Callback>, cb_fn: Option<(CallbackFn, usize)>) -> Self {
+    pub fn new(kind: ReqKind, callback: Option<Callback>, cb_fn: Option<(CallbackFn, usize)>, released: bool) -> Self {
         ReqState {
             kind,
             exp: ExpEntry::NONE,
             status: Status::InProgress,
             info: RecvInfo::default(),
-            released: false,
+            released,
             cb_fn,
             ext: callback.map(|cb| Box::new(ReqExt { callback: Some(cb), ..Default::default() })),
         }

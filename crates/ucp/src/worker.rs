@@ -29,7 +29,7 @@ use crate::context::{Context, Features};
 use crate::core::Core;
 use crate::ep::EpInfo;
 use crate::mem::MemHandle;
-use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestParam, Seg};
+use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestFlags, RequestParam, Seg};
 use crate::tag::proto::RecvOut;
 use crate::tag::Tag;
 use crate::wakeup::Wakeup;
@@ -328,6 +328,34 @@ impl Worker {
         Ok(self.recv_result(out))
     }
 
+    /// [`tag_recv_nbx`](Self::tag_recv_nbx) without a request handle, for a caller that learns
+    /// of the completion from the parameters' callback alone (in C, a request freed right
+    /// away or in its callback with `ucp_request_free`): no handle to look up and release
+    /// afterwards. `Ok(Some(info))`: completed at once, and no callback runs; `Ok(None)`: the
+    /// callback reports the completion. Such a receive cannot be cancelled on its own; one
+    /// still waiting when the worker goes is dropped without its callback. `NO_IMM_CMPL`
+    /// asks for a handle, so it is refused (`InvalidParam`).
+    ///
+    /// # Safety
+    /// As [`tag_recv_nbx`](Self::tag_recv_nbx).
+    #[inline]
+    pub unsafe fn tag_recv_nbx_detached(
+        &self,
+        data: RecvData<'_>,
+        tag: Tag,
+        mask: Tag,
+        param: RequestParam,
+    ) -> UcsResult<Option<RecvInfo>> {
+        let param = detach(param, "tag_recv_nbx_detached")?;
+        let e = self.enter()?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param)? };
+        Ok(match out {
+            RecvOut::Done(i) => Some(i),
+            RecvOut::Req(_) => None,
+        })
+    }
+
     #[inline]
     fn recv_result(&self, out: RecvOut) -> RecvResult<'_> {
         match out {
@@ -563,6 +591,24 @@ unsafe fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
     })
 }
 
+/// The parameters of a detached operation (no request handle), or the error of asking for
+/// a handle with `NO_IMM_CMPL`.
+#[inline]
+fn detach(mut param: RequestParam, op: &str) -> UcsResult<RequestParam> {
+    if param.flags.contains(RequestFlags::NO_IMM_CMPL) {
+        return no_handle_for(op);
+    }
+    param.detached = true;
+    Ok(param)
+}
+
+#[cold]
+#[inline(never)]
+fn no_handle_for<T>(op: &str) -> UcsResult<T> {
+    tracing::error!("{op}: NO_IMM_CMPL asks for a request handle, which a detached operation does not give");
+    Err(Status::InvalidParam)
+}
+
 /// Outcome of a receive: completed at once, or a request.
 #[derive(Debug)]
 pub enum RecvResult<'w> {
@@ -640,6 +686,48 @@ impl Endpoint {
     ) -> UcsResult<Option<Request<'_>>> {
         // SAFETY: forwarded from the caller.
         unsafe { self.send_nbx(data, tag, true, param) }
+    }
+
+    /// [`tag_send_nbx`](Self::tag_send_nbx) without a request handle, for a caller that learns
+    /// of the completion from the parameters' callback alone (see
+    /// [`Worker::tag_recv_nbx_detached`]). `Ok(true)`: completed at once, and no callback runs;
+    /// `Ok(false)`: the callback reports the completion. `NO_IMM_CMPL` is refused
+    /// (`InvalidParam`).
+    ///
+    /// # Safety
+    /// As [`Endpoint::tag_send_nbx`].
+    #[inline]
+    pub unsafe fn tag_send_nbx_detached(&self, data: SendData<'_>, tag: Tag, param: RequestParam) -> UcsResult<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.send_detached(data, tag, false, detach(param, "tag_send_nbx_detached")?) }
+    }
+
+    /// [`tag_send_sync_nbx`](Self::tag_send_sync_nbx) without a request handle, as
+    /// [`tag_send_nbx_detached`](Self::tag_send_nbx_detached).
+    ///
+    /// # Safety
+    /// As [`Endpoint::tag_send_nbx`].
+    #[inline]
+    pub unsafe fn tag_send_sync_nbx_detached(
+        &self,
+        data: SendData<'_>,
+        tag: Tag,
+        param: RequestParam,
+    ) -> UcsResult<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.send_detached(data, tag, true, detach(param, "tag_send_sync_nbx_detached")?) }
+    }
+
+    /// A send whose request, if any, is released from the start: no handle is made.
+    ///
+    /// # Safety
+    /// As [`Endpoint::tag_send_nbx`].
+    #[inline(always)]
+    unsafe fn send_detached(&self, data: SendData<'_>, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<bool> {
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param)? };
+        Ok(r.is_none())
     }
 
     /// # Safety

@@ -400,3 +400,89 @@ fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Outp
         Poll::Pending => None,
     }
 }
+
+/// What the callbacks of detached operations reported, in order.
+type Reports = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, Status, ucp::RecvInfo)>>>;
+
+fn report_to(reports: &Reports, what: &'static str) -> RequestParam {
+    let r = reports.clone();
+    RequestParam::new().callback(move |status, info| r.lock().unwrap().push((what, status, info)))
+}
+
+/// Detached operations (no request handle): every size and protocol, expected and unexpected,
+/// plain and synchronous. One that completes at once says so and runs no callback; the others
+/// report through their callback exactly once, with the data intact, and leave no request
+/// behind. `NO_IMM_CMPL`, which asks for a handle, is refused.
+#[test]
+fn detached_operations_report_through_callbacks_only() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (a, b, ep) = two_workers(&[("RNDV_THRESH", "20000")]);
+    round_trip(&ep, &a, &b, b"wireup", 8, false).unwrap();
+    let reports: Reports = Default::default();
+    for &n in SIZES {
+        for (sync, expected) in [(false, true), (true, true), (false, false), (true, false)] {
+            reports.lock().unwrap().clear();
+            let data = pattern(n, n as u8 ^ 0x5a);
+            let mut buf = vec![0u8; n + 3];
+            let tag = 0xd7ac_0000_0000_0000 | n as u64;
+            let mut recv_now = None;
+            let post_recv = |buf: &mut Vec<u8>| {
+                // SAFETY: `buf` outlives the receive (waited for below).
+                unsafe { b.tag_recv_nbx_detached(RecvData::Contig(buf), tag, FULL_MASK, report_to(&reports, "recv")) }
+                    .unwrap()
+            };
+            if expected {
+                assert!(post_recv(&mut buf).is_none(), "{n} B: nothing sent yet, the receive must wait");
+            }
+            // SAFETY: `data` outlives the send (waited for below).
+            let sent_now = unsafe {
+                let p = report_to(&reports, "send");
+                if sync {
+                    ep.tag_send_sync_nbx_detached(SendData::Contig(&data), tag, p)
+                } else {
+                    ep.tag_send_nbx_detached(SendData::Contig(&data), tag, p)
+                }
+            }
+            .unwrap();
+            assert!(!(sync && sent_now), "{n} B: a synchronous send completed before its match");
+            assert!(sync || n > 1000 || sent_now, "{n} B: an eager send in one piece completes at once");
+            if !expected {
+                // Let the message (or its first piece) arrive before the receive is posted.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+                while std::time::Instant::now() < deadline {
+                    a.progress();
+                    b.progress();
+                }
+                recv_now = post_recv(&mut buf);
+                assert!(n > 1000 || recv_now.is_some(), "{n} B: a whole eager message waited; it completes at once");
+            }
+            let want = usize::from(!sent_now) + usize::from(recv_now.is_none());
+            let what = format!("{n} B sync {sync} expected {expected}");
+            progress_until(&a, &b, &what, || reports.lock().unwrap().len() >= want);
+            let got = reports.lock().unwrap().clone();
+            assert_eq!(got.len(), want, "{what}: {got:?}");
+            for (who, status, info) in &got {
+                assert_eq!(*status, Status::Ok, "{what}: {who}");
+                if *who == "recv" {
+                    assert_eq!((info.length, info.sender_tag), (n, tag), "{what}");
+                }
+            }
+            if let Some(info) = recv_now {
+                assert_eq!((info.length, info.sender_tag), (n, tag), "{what}");
+            }
+            assert!(buf[..n] == data[..], "{what}: data");
+            assert!(buf[n..].iter().all(|&x| x == 0), "{what}: wrote past the message");
+            progress_until(&a, &b, &what, || a.stats().1 == 0 && b.stats().1 == 0);
+        }
+    }
+    let no_handle = RequestParam::new().flags(ucp::RequestFlags::NO_IMM_CMPL);
+    let mut buf = [0u8; 8];
+    // SAFETY: refused before anything is posted.
+    let r = unsafe { b.tag_recv_nbx_detached(RecvData::Contig(&mut buf), 1, FULL_MASK, no_handle) };
+    assert_eq!(r, Err(Status::InvalidParam));
+    let no_handle = RequestParam::new().flags(ucp::RequestFlags::NO_IMM_CMPL);
+    // SAFETY: refused before anything is sent.
+    let r = unsafe { ep.tag_send_nbx_detached(SendData::Contig(b"x"), 1, no_handle) };
+    assert_eq!(r, Err(Status::InvalidParam));
+    ep.close(CloseMode::Flush).unwrap();
+}

@@ -14,8 +14,8 @@
 use std::cell::Cell;
 
 use ucp::{
-    Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RecvResult, Request, RequestParam,
-    SendData, Status, ThreadMode, Worker, WorkerParams, FULL_MASK,
+    Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RequestParam, SendData, Status, ThreadMode,
+    Worker, WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
@@ -222,13 +222,11 @@ impl<'a> Engine<'a> {
         self.check()
     }
 
-    /// A request was returned: count it; dropping the handle lets the worker free it when done.
+    /// An operation did not complete at once: count it until its callback reports it (as the
+    /// reference does, which frees the request in the callback; ours have no handle at all).
     #[inline]
-    fn started(o: &Outstanding, r: Option<Request<'_>>) {
-        if let Some(r) = r {
-            o.count.set(o.count.get() + 1);
-            drop(r);
-        }
+    fn started(o: &Outstanding) {
+        o.count.set(o.count.get() + 1);
     }
 
     #[inline]
@@ -244,14 +242,16 @@ impl<'a> Engine<'a> {
         let param = self.param(self.s.send_memh, &self.sends);
         // SAFETY: the send buffer lives in `Setup`, beyond every request (all are waited for
         // before `Setup` goes).
-        let r = unsafe {
+        let done = unsafe {
             match self.spec.cmd {
-                TagCmd::Tag => self.s.ep.tag_send_nbx(data, TAG, param),
-                TagCmd::TagSync => self.s.ep.tag_send_sync_nbx(data, TAG, param),
+                TagCmd::Tag => self.s.ep.tag_send_nbx_detached(data, TAG, param),
+                TagCmd::TagSync => self.s.ep.tag_send_sync_nbx_detached(data, TAG, param),
             }
         }
         .map_err(|e| format!("send failed: {e}"))?;
-        Self::started(&self.sends, r);
+        if !done {
+            Self::started(&self.sends);
+        }
         Ok(())
     }
 
@@ -273,10 +273,10 @@ impl<'a> Engine<'a> {
         };
         let param = self.param(self.s.recv_memh, &self.recvs);
         // SAFETY: as above; every receive is waited for before `Setup` goes.
-        let r = unsafe { self.s.worker.tag_recv_nbx(data, TAG, self.mask, param) }
+        let done = unsafe { self.s.worker.tag_recv_nbx_detached(data, TAG, self.mask, param) }
             .map_err(|e| format!("receive failed: {e}"))?;
-        if let RecvResult::Pending(r) = r {
-            Self::started(&self.recvs, Some(r));
+        if done.is_none() {
+            Self::started(&self.recvs);
         }
         Ok(())
     }

@@ -69,7 +69,7 @@ impl Core {
     ///
     /// # Safety
     /// The buffers in `buf` must stay valid and unmodified until the request completes.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn tag_send(
         &self,
         ep_id: Id,
@@ -153,7 +153,7 @@ impl Core {
         let len = buf.len();
         let req =
             SendReq { ep: ep_id, tag, buf, sync, phase: SendPhase::Queued, zc: None, hint: param.memh.map(|m| m.id) };
-        let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn);
+        let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn, param.detached);
         st.info = RecvInfo { length: len, sender_tag: tag };
         let rid = self.reqs.borrow_mut().insert(st);
         if !(try_now && ep.ready() && self.send_progress(&ep, rid)) {
@@ -201,7 +201,7 @@ impl Core {
     }
 
     /// Sends one eager-short message from `seg` (counted when it went out).
-    #[inline]
+    #[inline(always)]
     fn send_short(&self, ep: &Ep, seg: crate::request::Seg, tag: Tag) -> uct::OpResult {
         // SAFETY: the caller of `tag_send` keeps the buffer valid until the send completes.
         let data = unsafe { bytes(seg.ptr, seg.len) };
@@ -806,7 +806,8 @@ impl Core {
         // Queued first, by the slot it is about to take, so the slot is not looked up again.
         let at = reqs.tab.next_index();
         let exp = reqs.exp.post_at(&mut reqs.tab, tag, mask, at);
-        let mut st = ReqState::new(ReqKind::Recv(recv_req(buf, hint)), param.callback, param.callback_fn);
+        let mut st =
+            ReqState::new(ReqKind::Recv(recv_req(buf, hint)), param.callback, param.callback_fn, param.detached);
         st.exp = exp;
         let rid = reqs.tab.insert(st);
         debug_assert_eq!(rid.index(), at, "the request took another slot than the queues were told");
