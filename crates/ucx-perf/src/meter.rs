@@ -185,15 +185,20 @@ impl Meter {
 mod tests {
     use super::*;
 
+    /// Counts `iters` iterations of `bytes` each, `us` microseconds apart.
+    fn run(m: &mut Meter, iters: u64, us: u128, bytes: u64) {
+        m.start();
+        for _ in 0..iters {
+            let t = std::time::Instant::now();
+            while t.elapsed().as_micros() < us {}
+            m.update(1, bytes);
+        }
+    }
+
     #[test]
     fn an_empty_last_interval_repeats_the_one_before() {
         let mut m = Meter::new(4, 50.0, false);
-        m.start();
-        for _ in 0..4 {
-            let t = std::time::Instant::now();
-            while t.elapsed().as_micros() < 100 {}
-            m.update(1, 1000);
-        }
+        run(&mut m, 4, 100, 1000);
         // A progress report on the last iteration, then the final figures at once.
         let reported = m.measure(true);
         m.stop();
@@ -208,12 +213,7 @@ mod tests {
     #[test]
     fn counts_and_rates() {
         let mut m = Meter::new(10, 50.0, true);
-        m.start();
-        for _ in 0..10 {
-            let t = std::time::Instant::now();
-            while t.elapsed().as_micros() < 200 {}
-            m.update(1, 8);
-        }
+        run(&mut m, 10, 200, 8);
         assert!(m.done());
         let r = m.measure(true);
         assert_eq!(r.iters, 10);
