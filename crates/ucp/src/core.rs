@@ -240,10 +240,12 @@ fn record_of(i: &WorkerIface) -> IfaceRecord {
 fn with_core(w: &Weak<Core>, f: impl FnOnce(&Core)) {
     if w.strong_count() > 0 {
         // SAFETY: the core is alive (a non-zero strong count: it is not being dropped). It
-        // stays alive for the whole handler: handlers run only inside a call on this core (its
+        // stays alive for the whole handler. Handlers run inside a call on this core (its
         // progress, or a send on its `self` lane), reached through a `Worker` or `Endpoint`
         // handle whose `Arc` keeps the worker, and so the core's `Rc`, alive until the call
-        // returns; nothing a handler or a user callback does can drop the caller's handle.
+        // returns (nothing a handler or a user callback does can drop the caller's handle), or
+        // while the worker goes: while `Shared::drop` drops the endpoints its `Rc` still holds
+        // the core, and once the core itself is dropped the strong count is zero.
         f(unsafe { &*w.as_ptr() })
     }
 }

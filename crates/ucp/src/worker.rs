@@ -332,7 +332,8 @@ impl Worker {
     /// of the completion from the parameters' callback alone (in C, a request freed right
     /// away or in its callback with `ucp_request_free`): no handle to look up and release
     /// afterwards. `Ok(Some(info))`: completed at once, and no callback runs; `Ok(None)`: the
-    /// callback reports the completion. Such a receive cannot be cancelled on its own; one
+    /// callback reports the completion, which may already have happened inside this call (a
+    /// rendezvous that completed at once, say). Such a receive cannot be cancelled on its own; one
     /// still waiting when the worker goes is dropped without its callback. `NO_IMM_CMPL`
     /// asks for a handle, so it is refused (`InvalidParam`).
     ///
@@ -691,7 +692,9 @@ impl Endpoint {
     /// [`tag_send_nbx`](Self::tag_send_nbx) without a request handle, for a caller that learns
     /// of the completion from the parameters' callback alone (see
     /// [`Worker::tag_recv_nbx_detached`]). `Ok(true)`: completed at once, and no callback runs;
-    /// `Ok(false)`: the callback reports the completion. `NO_IMM_CMPL` is refused
+    /// `Ok(false)`: the callback reports the completion, possibly already inside this call (a
+    /// message sent whole from the request path, or a synchronous send over `self`).
+    /// `NO_IMM_CMPL` is refused
     /// (`InvalidParam`).
     ///
     /// # Safety

@@ -144,7 +144,9 @@ fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) {
     // outlives every request it posted (`drain` waits for all of them), and callbacks run on
     // this (the only) thread from `progress`.
     let o = unsafe { &*(user_data as *const Outstanding) };
-    o.count.set(o.count.get() - 1);
+    // Wrapping: a callback that ran inside the call comes before the caller's count of the
+    // operation (`started`), which brings the count back at once.
+    o.count.set(o.count.get().wrapping_sub(1));
     if status.is_err() && o.error.get().is_none() {
         o.error.set(Some(status));
     }
@@ -226,7 +228,7 @@ impl<'a> Engine<'a> {
     /// reference does, which frees the request in the callback; ours have no handle at all).
     #[inline]
     fn started(o: &Outstanding) {
-        o.count.set(o.count.get() + 1);
+        o.count.set(o.count.get().wrapping_add(1));
     }
 
     #[inline]
