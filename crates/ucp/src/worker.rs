@@ -322,10 +322,20 @@ impl Worker {
         mask: Tag,
         param: RequestParam,
     ) -> UcsResult<RecvResult<'_>> {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { self.recv_raw(data, tag, mask, param)? };
+        Ok(self.recv_result(out))
+    }
+
+    /// A tagged receive entered into the core; the core's outcome.
+    ///
+    /// # Safety
+    /// As [`tag_recv_nbx`](Self::tag_recv_nbx).
+    #[inline(always)]
+    unsafe fn recv_raw(&self, data: RecvData<'_>, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param)? };
-        Ok(self.recv_result(out))
+        unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param) }
     }
 
     /// [`tag_recv_nbx`](Self::tag_recv_nbx) without a request handle, for a caller that learns
@@ -348,9 +358,8 @@ impl Worker {
         param: RequestParam,
     ) -> UcsResult<Option<RecvInfo>> {
         let param = detach(param, "tag_recv_nbx_detached")?;
-        let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param)? };
+        let out = unsafe { self.recv_raw(data, tag, mask, param)? };
         Ok(match out {
             RecvOut::Done(i) => Some(i),
             RecvOut::Req(_) => None,
@@ -694,15 +703,15 @@ impl Endpoint {
     /// [`Worker::tag_recv_nbx_detached`]). `Ok(true)`: completed at once, and no callback runs;
     /// `Ok(false)`: the callback reports the completion, possibly already inside this call (a
     /// message sent whole from the request path, or a synchronous send over `self`).
-    /// `NO_IMM_CMPL` is refused
-    /// (`InvalidParam`).
+    /// `NO_IMM_CMPL` is refused (`InvalidParam`).
     ///
     /// # Safety
     /// As [`Endpoint::tag_send_nbx`].
     #[inline]
     pub unsafe fn tag_send_nbx_detached(&self, data: SendData<'_>, tag: Tag, param: RequestParam) -> UcsResult<bool> {
+        let param = detach(param, "tag_send_nbx_detached")?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.send_detached(data, tag, false, detach(param, "tag_send_nbx_detached")?) }
+        Ok(unsafe { self.send_raw(data, tag, false, param)? }.is_none())
     }
 
     /// [`tag_send_sync_nbx`](Self::tag_send_sync_nbx) without a request handle, as
@@ -717,20 +726,21 @@ impl Endpoint {
         tag: Tag,
         param: RequestParam,
     ) -> UcsResult<bool> {
+        let param = detach(param, "tag_send_sync_nbx_detached")?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.send_detached(data, tag, true, detach(param, "tag_send_sync_nbx_detached")?) }
+        Ok(unsafe { self.send_raw(data, tag, true, param)? }.is_none())
     }
 
-    /// A send whose request, if any, is released from the start: no handle is made.
+    /// A tagged send entered into the core; the id of its request, if it did not complete at
+    /// once.
     ///
     /// # Safety
     /// As [`Endpoint::tag_send_nbx`].
     #[inline(always)]
-    unsafe fn send_detached(&self, data: SendData<'_>, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<bool> {
+    unsafe fn send_raw(&self, data: SendData<'_>, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<Option<Id>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param)? };
-        Ok(r.is_none())
+        unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param) }
     }
 
     /// # Safety
@@ -743,9 +753,8 @@ impl Endpoint {
         sync: bool,
         param: RequestParam,
     ) -> UcsResult<Option<Request<'_>>> {
-        let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let r = unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param)? };
+        let r = unsafe { self.send_raw(data, tag, sync, param)? };
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
 

@@ -195,19 +195,11 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Waits until fewer than `limit` sends are outstanding.
+    /// Waits until fewer than `limit` operations of `o` (sends or receives) are outstanding.
     #[inline]
-    fn wait_sends(&mut self, limit: usize) -> Result<(), String> {
-        if self.sends.count.get() >= limit {
-            self.wait(&self.sends, limit)?;
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn wait_recvs(&mut self, limit: usize) -> Result<(), String> {
-        if self.recvs.count.get() >= limit {
-            self.wait(&self.recvs, limit)?;
+    fn wait_below(&self, o: &Outstanding, limit: usize) -> Result<(), String> {
+        if o.count.get() >= limit {
+            self.wait(o, limit)?;
         }
         Ok(())
     }
@@ -234,7 +226,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn send(&mut self) -> Result<(), String> {
         let max = self.spec.max_outstanding as usize;
-        self.wait_sends(max)?;
+        self.wait_below(&self.sends, max)?;
         let data = if self.spec.send_iov {
             SendData::Iov(&self.s.send_iov)
         } else {
@@ -260,7 +252,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn recv(&mut self) -> Result<(), String> {
         let max = self.spec.max_outstanding as usize;
-        self.wait_recvs(max)?;
+        self.wait_below(&self.recvs, max)?;
         if self.spec.force_unexpected {
             while self.s.worker.tag_probe(TAG, self.mask, false).is_none() {
                 self.progress();
@@ -286,8 +278,8 @@ impl<'a> Engine<'a> {
     /// Waits for every operation, then reports the first error any had (one that completed
     /// inside a send or receive call has not been checked yet).
     fn drain(&mut self) -> Result<(), String> {
-        self.wait_sends(1)?;
-        self.wait_recvs(1)?;
+        self.wait_below(&self.sends, 1)?;
+        self.wait_below(&self.recvs, 1)?;
         self.check()
     }
 
@@ -297,7 +289,7 @@ impl<'a> Engine<'a> {
             while !meter.done() {
                 self.send()?;
                 self.recv()?;
-                self.wait_recvs(1)?;
+                self.wait_below(&self.recvs, 1)?;
                 if meter.update(1, len) {
                     rep(&meter.measure(true));
                 }
@@ -305,7 +297,7 @@ impl<'a> Engine<'a> {
         } else {
             while !meter.done() {
                 self.recv()?;
-                self.wait_recvs(1)?;
+                self.wait_below(&self.recvs, 1)?;
                 self.send()?;
                 if meter.update(1, len) {
                     rep(&meter.measure(true));

@@ -92,7 +92,7 @@ impl Core {
                 }
                 return self.eager_not_done(TagSend { ep, ep_id, buf, tag, sync, param }, r);
             }
-            return match self.eager_now(&ep, &buf, tag) {
+            return match self.eager_bcopy_now(&ep, &buf, tag) {
                 Some(Ok(Outcome::Done(()))) => Ok(None),
                 Some(r) => self.eager_not_done(TagSend { ep, ep_id, buf, tag, sync, param }, r),
                 // More than one fragment: the request path.
@@ -166,10 +166,17 @@ impl Core {
     /// more than one fragment.
     #[inline]
     fn eager_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> Option<UcsResult<Outcome<()>>> {
-        let len = buf.len();
-        if let Some(seg) = Self::short_seg(ep, buf) {
-            return Some(self.send_short(ep, seg, tag));
+        match Self::short_seg(ep, buf) {
+            Some(seg) => Some(self.send_short(ep, seg, tag)),
+            None => self.eager_bcopy_now(ep, buf, tag),
         }
+    }
+
+    /// [`Self::eager_now`] for a message that does not fit eager short: one bcopy fragment, or
+    /// `None`.
+    #[inline]
+    fn eager_bcopy_now(&self, ep: &Ep, buf: &Buf, tag: Tag) -> Option<UcsResult<Outcome<()>>> {
+        let len = buf.len();
         if len + len::EAGER_ONLY <= ep.cfg.bcopy_max && !Self::zcopy(ep, buf) {
             let r = ep.am().am_bcopy(
                 wire::AM_EAGER_ONLY,
