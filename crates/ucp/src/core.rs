@@ -20,7 +20,7 @@ use crate::context::{Context, Resource};
 use crate::ep::{Ep, EpStatus, Pending};
 use crate::request::{Callback, RecvInfo, ReqKind, ReqState, Reqs, ZcPool, ZcState, ZC_POOL_CHUNK};
 use crate::tag::{Tag, UnexpHandle, UnexpQueue};
-use crate::wire::{self, Reader};
+use crate::wire::{self, Msg};
 
 /// Size of the buffers of [`Core::kept_msgs`]: the longest `am_short` message of posix/sysv
 /// (120 bytes), rc and ud fits; a longer borrowed message (from `self`) is copied to the heap.
@@ -673,7 +673,7 @@ impl Core {
     /// or queues it. Wireup messages have their own queue and go out in any state but failed
     /// or closed; the others queue behind what the endpoint already queued.
     pub fn send_ctrl(&self, ep: &Rc<Ep>, ctrl: crate::ep::Ctrl) {
-        if matches!(ctrl, crate::ep::Ctrl::Wireup { .. }) {
+        if matches!(ctrl, crate::ep::Ctrl::Wireup(_)) {
             if ep.error().is_none() && !(ep.wireup_q.borrow().is_empty() && self.ctrl_attempt(ep, &ctrl)) {
                 self.queue(ep, Pending::Ctrl(ctrl));
             }
@@ -699,7 +699,7 @@ impl Core {
 
     /// One attempt; `Ok(false)` is "no resources, retry".
     pub fn try_ctrl(&self, ep: &Ep, ctrl: &crate::ep::Ctrl) -> UcsResult<bool> {
-        let lane = if matches!(ctrl, crate::ep::Ctrl::Wireup { .. }) { ep.wireup() } else { ep.am() };
+        let lane = if matches!(ctrl, crate::ep::Ctrl::Wireup(_)) { ep.wireup() } else { ep.am() };
         let r = lane.am_bcopy(ctrl.am_id(), &mut |buf| ctrl.pack(buf), uct::SendFlags::empty());
         match r {
             Ok(Outcome::NoResource) => Ok(false),
@@ -712,7 +712,7 @@ impl Core {
     /// endpoint, by its lane's wake); wireup messages go to the endpoint's wireup queue.
     pub fn queue(&self, ep: &Rc<Ep>, p: Pending) {
         let wireup = match p {
-            Pending::Ctrl(c @ crate::ep::Ctrl::Wireup { .. }) => {
+            Pending::Ctrl(c @ crate::ep::Ctrl::Wireup(_)) => {
                 ep.wireup_q.borrow_mut().push_back(c);
                 true
             }
@@ -864,21 +864,27 @@ impl Core {
 
     // ---- active messages ---------------------------------------------------------------------
 
-    /// Dispatches one of UCP's active messages.
+    /// Dispatches one of UCP's active messages: decodes its header (a malformed one is logged
+    /// with what was wrong, and dropped) and hands it to its protocol.
     pub fn on_am(&self, id: u8, m: AmRecv<'_>) {
         match id {
-            wire::AM_EAGER_ONLY => self.on_eager_only(m),
-            wire::AM_EAGER_SYNC_ONLY => self.on_eager_sync_only(m),
-            wire::AM_EAGER_FIRST | wire::AM_EAGER_SYNC_FIRST => self.on_eager_first(id == wire::AM_EAGER_SYNC_FIRST, m),
-            wire::AM_EAGER_MIDDLE => self.on_eager_middle(m.data()),
-            wire::AM_SYNC_ACK => self.on_sync_ack(m.data()),
-            wire::AM_RNDV_RTS => self.on_rts(m.data()),
-            wire::AM_RNDV_ATS => self.on_ats(m.data()),
-            wire::AM_RNDV_RTR => self.on_rtr(m.data()),
-            wire::AM_RNDV_DATA => self.on_rndv_data(m.data()),
-            wire::AM_RNDV_ATP => self.on_atp(m.data()),
-            wire::AM_WIREUP => self.on_wireup(m.data()),
-            _ => tracing::warn!("ucp: active message {id} has no handler; dropped"),
+            // Eager messages keep their transport buffer when unexpected: they take `m`.
+            wire::AM_EAGER_ONLY => return self.on_eager_only(m),
+            wire::AM_EAGER_SYNC_ONLY => return self.on_eager_sync_only(m),
+            _ => {}
+        }
+        match Msg::decode(id, m.data()) {
+            Ok(Msg::EagerFirst(h, payload)) => self.on_eager_first(h, payload),
+            Ok(Msg::EagerMiddle(h, payload)) => self.on_eager_middle(h, payload),
+            Ok(Msg::SyncAck(h)) => self.on_sync_ack(h),
+            Ok(Msg::Rts(h)) => self.on_rts(h),
+            Ok(Msg::Ats(h)) => self.on_ats(h),
+            Ok(Msg::Rtr(h)) => self.on_rtr(h),
+            Ok(Msg::RndvData(h, payload)) => self.on_rndv_data(h, payload),
+            Ok(Msg::Atp(h)) => self.on_atp(h),
+            Ok(Msg::Wireup(w)) => self.on_wireup(&w),
+            Ok(Msg::Eager(..) | Msg::EagerSync(..)) => unreachable!("handled above"),
+            Err(e) => tracing::warn!("ucp: {e}; message dropped"),
         }
     }
 
@@ -901,12 +907,8 @@ impl Core {
         None
     }
 
-    fn on_sync_ack(&self, data: &[u8]) {
-        let Some(sreq) = Reader::new(data).u64() else {
-            tracing::warn!("sync ack: truncated header; dropped");
-            return;
-        };
-        let Some(id) = self.sreq_from_wire(sreq, "sync ack") else { return };
+    fn on_sync_ack(&self, h: wire::SyncAck) {
+        let Some(id) = self.sreq_from_wire(h.sreq, "sync ack") else { return };
         let done = {
             let mut reqs = self.reqs.borrow_mut();
             match reqs.get_mut(id) {

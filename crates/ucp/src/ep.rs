@@ -22,7 +22,7 @@ use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::{RndvScheme, Thresh};
 use crate::core::Core;
 use crate::lanes::{self, LaneLimits, LanePair, Lanes};
-use crate::wire::{self, EpAddr, WireupMsg, Writer};
+use crate::wire::{self, EpAddr, Header, WireupMsg};
 
 /// Endpoint state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,34 +40,39 @@ pub(crate) enum EpStatus {
 /// A control message (protocol replies), queued when the lane is full.
 #[derive(Debug)]
 pub(crate) enum Ctrl {
-    Wireup {
-        kind: u8,
-        conn_sn: u32,
-        src_uuid: u64,
-        src_ep: u64,
-        dst_ep: u64,
-        with_address: Option<Rc<[u8]>>,
-        /// Encoded by `WireupMsg::encode_ep_addrs` (empty: none).
-        ep_addrs: Vec<u8>,
-    },
-    SyncAck {
-        sreq: u64,
-    },
-    Ats {
-        sreq: u64,
-        status: i32,
-    },
-    Rtr {
-        ep: u64,
-        sreq: u64,
-        rreq: u64,
-        addr: u64,
-        len: u64,
-        rkey: uct::PackedKey,
-    },
-    Atp {
-        rreq: u64,
-    },
+    Wireup(WireupOut),
+    SyncAck(wire::SyncAck),
+    Ats(wire::Ats),
+    Rtr(wire::RtrHdr),
+    Atp(wire::Atp),
+}
+
+/// A wireup message to send, owning what [`WireupMsg`] borrows.
+#[derive(Debug)]
+pub(crate) struct WireupOut {
+    pub kind: u8,
+    pub conn_sn: u32,
+    pub src_uuid: u64,
+    pub src_ep: u64,
+    pub dst_ep: u64,
+    pub with_address: Option<Rc<[u8]>>,
+    /// Encoded by `WireupMsg::encode_ep_addrs` (empty: none).
+    pub ep_addrs: Vec<u8>,
+}
+
+impl WireupOut {
+    /// The message as it goes on the wire.
+    pub fn msg(&self) -> WireupMsg<'_> {
+        WireupMsg {
+            kind: self.kind,
+            conn_sn: self.conn_sn,
+            src_uuid: self.src_uuid,
+            src_ep: self.src_ep,
+            dst_ep: self.dst_ep,
+            address: self.with_address.as_deref().unwrap_or(&[]),
+            ep_addrs: &self.ep_addrs,
+        }
+    }
 }
 
 impl Ctrl {
@@ -75,56 +80,34 @@ impl Ctrl {
         wire::am_name(self.am_id())
     }
 
-    pub fn am_id(&self) -> u8 {
+    fn header(&self) -> &dyn Header {
         match self {
-            Ctrl::Wireup { .. } => wire::AM_WIREUP,
-            Ctrl::SyncAck { .. } => wire::AM_SYNC_ACK,
-            Ctrl::Ats { .. } => wire::AM_RNDV_ATS,
-            Ctrl::Rtr { .. } => wire::AM_RNDV_RTR,
-            Ctrl::Atp { .. } => wire::AM_RNDV_ATP,
+            Ctrl::Wireup(_) => unreachable!("wireup messages borrow; see `pack`"),
+            Ctrl::SyncAck(h) => h,
+            Ctrl::Ats(h) => h,
+            Ctrl::Rtr(h) => h,
+            Ctrl::Atp(h) => h,
         }
     }
 
-    pub fn pack(&self, buf: &mut [u8]) -> usize {
+    pub fn am_id(&self) -> u8 {
         match self {
-            Ctrl::Wireup { kind, conn_sn, src_uuid, src_ep, dst_ep, with_address, ep_addrs } => {
-                let m = WireupMsg {
-                    kind: *kind,
-                    conn_sn: *conn_sn,
-                    src_uuid: *src_uuid,
-                    src_ep: *src_ep,
-                    dst_ep: *dst_ep,
-                    address: with_address.as_deref().unwrap_or(&[]),
-                    ep_addrs,
-                };
-                m.pack(buf).unwrap_or_else(|| {
-                    tracing::error!("wireup message does not fit in {} bytes", buf.len());
-                    0
-                })
-            }
-            Ctrl::SyncAck { sreq } | Ctrl::Atp { rreq: sreq } => {
-                let mut w = Writer::new(buf);
-                w.u64(*sreq);
-                w.written()
-            }
-            Ctrl::Ats { sreq, status } => {
-                let mut w = Writer::new(buf);
-                w.u64(*sreq);
-                w.put(&status.to_le_bytes());
-                w.written()
-            }
-            Ctrl::Rtr { ep, sreq, rreq, addr, len, rkey } => {
-                let mut w = Writer::new(buf);
-                w.u64(*ep);
-                w.u64(*sreq);
-                w.u64(*rreq);
-                w.u64(*addr);
-                w.u64(*len);
-                w.put(&(rkey.len() as u16).to_le_bytes());
-                w.put(rkey);
-                w.written()
-            }
+            Ctrl::Wireup(_) => wire::AM_WIREUP,
+            c => c.header().am_id(),
         }
+    }
+
+    /// Encodes the message into a transport buffer; its length (0, logged, when it does not
+    /// fit: the endpoint's creation checked that wireup messages fit).
+    pub fn pack(&self, buf: &mut [u8]) -> usize {
+        let r = match self {
+            Ctrl::Wireup(w) => w.msg().encode(buf),
+            c => c.header().encode(buf),
+        };
+        r.unwrap_or_else(|e| {
+            tracing::error!("ucp: {} message: {e}", self.name());
+            0
+        })
     }
 }
 
@@ -532,7 +515,7 @@ impl Core {
         // The request must fit the wireup lane in one message (no addresses: one count byte).
         let need = WireupMsg::FIXED + 4 + self.packed.len() + ep_addrs.len().max(1);
         let packed: Rc<[u8]> = self.packed.clone().into();
-        let request = Ctrl::Wireup {
+        let request = Ctrl::Wireup(WireupOut {
             kind: wire::wireup::REQUEST,
             conn_sn: sn,
             src_uuid: self.address.uuid,
@@ -540,7 +523,7 @@ impl Core {
             dst_ep: 0,
             with_address: Some(packed),
             ep_addrs,
-        };
+        });
         let wl = &self.ifaces[ep.uct_eps[ep.wireup_idx].pair.local];
         if need > wl.attr.am.max_bcopy {
             tracing::error!(
@@ -597,13 +580,9 @@ impl Core {
     }
 
     /// A wireup message arrived.
-    pub fn on_wireup(&self, data: &[u8]) {
-        let Some(m) = WireupMsg::parse(data) else {
-            tracing::warn!("wireup: malformed message ({} bytes); dropped", data.len());
-            return;
-        };
+    pub fn on_wireup(&self, m: &WireupMsg<'_>) {
         match m.kind {
-            wire::wireup::REQUEST => self.on_wireup_request(&m),
+            wire::wireup::REQUEST => self.on_wireup_request(m),
             _ => {
                 let what = if m.kind == wire::wireup::REPLY { "wireup reply" } else { "wireup ack" };
                 let Some(ep) = self.ep_from_wire(m.dst_ep, what) else { return };
@@ -616,7 +595,7 @@ impl Core {
                 }
                 ep.remote_id.set(m.src_ep);
                 if m.kind == wire::wireup::REPLY {
-                    if let Err(e) = self.connect_p2p(&ep, &m) {
+                    if let Err(e) = self.connect_p2p(&ep, m) {
                         self.on_ep_error(ep.id.get(), e);
                         return;
                     }
@@ -630,7 +609,7 @@ impl Core {
     }
 
     fn wireup_msg(&self, ep: &Ep, kind: u8, dst_ep: u64, ep_addrs: Vec<u8>) -> Ctrl {
-        Ctrl::Wireup {
+        Ctrl::Wireup(WireupOut {
             kind,
             conn_sn: ep.conn_sn,
             src_uuid: self.address.uuid,
@@ -638,7 +617,7 @@ impl Core {
             dst_ep,
             with_address: None,
             ep_addrs,
-        }
+        })
     }
 
     fn on_wireup_request(&self, m: &WireupMsg<'_>) {

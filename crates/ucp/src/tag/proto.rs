@@ -21,7 +21,7 @@ use crate::request::{
     zc_mut, Buf, RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq,
 };
 use crate::tag::Tag;
-use crate::wire::{self, len, Reader, Writer};
+use crate::wire::{self, len, Header};
 use crate::RndvScheme;
 
 /// Reassembly buffers kept for reuse by a worker.
@@ -180,13 +180,8 @@ impl Core {
         if len + len::EAGER_ONLY <= ep.cfg.bcopy_max && !Self::zcopy(ep, buf) {
             let r = ep.am().am_bcopy(
                 wire::AM_EAGER_ONLY,
-                &mut |dst| {
-                    let mut w = Writer::new(dst);
-                    w.u64(tag);
-                    // SAFETY: the buffer is valid (caller) and `len` bytes fit (checked above).
-                    unsafe { buf.copy_out(0, &mut w.tail()[..len]) };
-                    len::EAGER_ONLY + len
-                },
+                // SAFETY: the buffer is valid (caller) and `len` bytes fit (checked above).
+                &mut |dst| unsafe { pack_data(dst, &wire::EagerHdr { tag }, buf, 0, len) },
                 uct::SendFlags::empty(),
             );
             if let Ok(Outcome::Done(_)) = r {
@@ -288,25 +283,12 @@ impl Core {
         };
         let (rep, sreq) = (ep.remote_id.get(), rid.raw());
         while offset < len {
-            let mut hdr = [0u8; len::EAGER_SYNC_FIRST];
-            let mut w = Writer::new(&mut hdr);
-            let id = match (single, offset, sync) {
-                (true, _, false) => {
-                    w.u64(tag);
-                    wire::AM_EAGER_ONLY
-                }
-                (true, _, true) => {
-                    w.u64(tag);
-                    w.u64(rep);
-                    w.u64(sreq);
-                    wire::AM_EAGER_SYNC_ONLY
-                }
-                (false, _, _) => {
-                    frag_header(&mut w, FragHdr { tag, rep, msg_id, len, offset, sync, sreq });
-                    frag_kind(offset, sync).0
-                }
+            let mut hdr = [0u8; len::MAX_DATA_HDR];
+            let (id, h) = match (single, sync) {
+                (true, false) => encode(&mut hdr, &wire::EagerHdr { tag }),
+                (true, true) => encode(&mut hdr, &wire::EagerSyncHdr { tag, ep: rep, sreq }),
+                (false, _) => encode_frag(&mut hdr, FragHdr { tag, rep, msg_id, len, offset, sync, sreq }),
             };
-            let h = w.written();
             let n = (len - offset).min(cfg.zcopy_max - h);
             // SAFETY: `offset + n <= len`, inside the user's buffer.
             let ptr = unsafe { seg.ptr.add(offset) };
@@ -467,14 +449,9 @@ impl Core {
                         ep.am()
                             .am_bcopy(
                                 wire::AM_EAGER_SYNC_ONLY,
-                                &mut |dst| {
-                                    let mut w = Writer::new(dst);
-                                    w.u64(tag);
-                                    w.u64(rep);
-                                    w.u64(sreq);
-                                    // SAFETY: valid buffer (caller of tag_send); fits (checked).
-                                    unsafe { buf.copy_out(0, &mut w.tail()[..len]) };
-                                    hdr + len
+                                // SAFETY: valid buffer (caller of tag_send); fits (checked).
+                                &mut |dst| unsafe {
+                                    pack_data(dst, &wire::EagerSyncHdr { tag, ep: rep, sreq }, &buf, 0, len)
                                 },
                                 uct::SendFlags::empty(),
                             )
@@ -514,9 +491,9 @@ impl Core {
         };
         // Fragments.
         loop {
-            let (id, hdr) = match rndv_rreq {
-                Some(_) => (wire::AM_RNDV_DATA, len::RNDV_DATA),
-                None => frag_kind(offset, sync),
+            let hdr = match rndv_rreq {
+                Some(_) => len::RNDV_DATA,
+                None => frag_kind(offset, sync).1,
             };
             let n = (len - offset).min(cfg.bcopy_max.saturating_sub(hdr));
             if n == 0 && len > 0 {
@@ -526,23 +503,23 @@ impl Core {
                 return true;
             }
             let (rep, sreq) = (ep.remote_id.get(), rid.raw());
+            let frag = FragHdr { tag, rep, msg_id, len, offset, sync, sreq };
+            let id = match rndv_rreq {
+                Some(_) => wire::AM_RNDV_DATA,
+                None => frag_kind(offset, sync).0,
+            };
             let r = ep.am().am_bcopy(
                 id,
                 &mut |dst| {
-                    let mut w = Writer::new(dst);
-                    match rndv_rreq {
-                        Some(rreq) => {
-                            w.u64(rreq);
-                            w.u64(offset as u64);
-                        }
-                        None => {
-                            frag_header(&mut w, FragHdr { tag, rep, msg_id, len, offset, sync, sreq });
-                        }
-                    }
                     // SAFETY: valid buffer (caller of tag_send); `offset + n <= len` and `n`
                     // bytes fit after the header.
-                    unsafe { buf.copy_out(offset, &mut w.tail()[..n]) };
-                    hdr + n
+                    unsafe {
+                        match rndv_rreq {
+                            Some(rreq) => pack_data(dst, &wire::RndvDataHdr { rreq, offset }, &buf, offset, n),
+                            None if offset == 0 => pack_data(dst, &frag.first(), &buf, offset, n),
+                            None => pack_data(dst, &frag.middle(), &buf, offset, n),
+                        }
+                    }
                 },
                 uct::SendFlags::empty(),
             );
@@ -610,9 +587,7 @@ impl Core {
             }
         };
         let mut rkey = uct::PackedKey::new();
-        let mut flags = 0u8;
         if let Some(seg) = seg {
-            flags |= wire::RTS_FLAG_CONTIG;
             if let Some(lane) = ep.rndv {
                 let want_get = lane.get && matches!(ep.cfg.scheme, RndvScheme::Auto | RndvScheme::GetZcopy);
                 let want_put = lane.put && matches!(ep.cfg.scheme, RndvScheme::Auto | RndvScheme::PutZcopy);
@@ -647,22 +622,8 @@ impl Core {
         }
         let addr = seg.map(|s| s.ptr as u64).unwrap_or(0);
         let (rep, sreq) = (ep.remote_id.get(), rid.raw());
-        let r = ep.am().am_bcopy(
-            wire::AM_RNDV_RTS,
-            &mut |dst| {
-                let mut w = Writer::new(dst);
-                w.u64(tag);
-                w.u64(rep);
-                w.u64(sreq);
-                w.u64(len as u64);
-                w.u64(addr);
-                w.put(&[flags]);
-                w.put(&(rkey.len() as u16).to_le_bytes());
-                w.put(&rkey);
-                w.written()
-            },
-            uct::SendFlags::empty(),
-        );
+        let rts = wire::RtsHdr { tag, ep: rep, sreq, size: len, addr, contig: seg.is_some(), rkey };
+        let r = ep.am().am_bcopy(wire::AM_RNDV_RTS, &mut |dst| pack_header(dst, &rts), uct::SendFlags::empty());
         match r {
             Ok(Outcome::NoResource) => {
                 self.put_send_phase(rid, SendPhase::Queued);
@@ -691,34 +652,14 @@ impl Core {
     }
 
     /// ATS: the receiver is done with our buffer (or gave up).
-    pub fn on_ats(&self, data: &[u8]) {
-        let mut r = Reader::new(data);
-        let (Some(sreq), Some(st)) = (r.u64(), r.u32()) else {
-            tracing::warn!("rndv ats: truncated header; dropped");
-            return;
-        };
-        let Some(rid) = self.sreq_from_wire(sreq, "rndv ats") else { return };
-        let status = Status::from_code(st as i32 as i8).unwrap_or(Status::IoError);
-        self.finish(rid, if status == Status::MessageTruncated { Status::Ok } else { status });
+    pub fn on_ats(&self, h: wire::Ats) {
+        let Some(rid) = self.sreq_from_wire(h.sreq, "rndv ats") else { return };
+        self.finish(rid, if h.status == Status::MessageTruncated { Status::Ok } else { h.status });
     }
 
     /// RTR: the receiver is ready; put the data (with its key) or send it in fragments.
-    pub fn on_rtr(&self, data: &[u8]) {
-        let mut r = Reader::new(data);
-        let parsed = (|| {
-            let ep = r.u64()?;
-            let sreq = r.u64()?;
-            let rreq = r.u64()?;
-            let addr = r.u64()?;
-            let len = r.u64()?;
-            let klen = r.u16()? as usize;
-            let key = r.bytes(klen)?;
-            Some((ep, sreq, rreq, addr, len, key))
-        })();
-        let Some((ep_raw, sreq, rreq, addr, rlen, key)) = parsed else {
-            tracing::warn!("rndv rtr: malformed header; dropped");
-            return;
-        };
+    pub fn on_rtr(&self, h: wire::RtrHdr) {
+        let wire::RtrHdr { ep: ep_raw, sreq, rreq, addr, len: rlen, rkey: key } = h;
         let Some(ep) = self.ep_from_wire(ep_raw, "rndv rtr") else { return };
         let Some(rid) = self.sreq_from_wire(sreq, "rndv rtr") else { return };
         let (seg, len, hint) = match self.reqs.borrow().get(rid) {
@@ -742,7 +683,7 @@ impl Core {
                 return;
             };
             let wi = &self.ifaces[lane.iface];
-            let rkey = match wi.md.component().rkey_unpack(key) {
+            let rkey = match wi.md.component().rkey_unpack(&key) {
                 Ok(k) => k,
                 Err(e) => {
                     tracing::warn!("rndv rtr: bad remote key ({e}); failing the send");
@@ -786,7 +727,7 @@ impl Core {
     fn rndv_put_done(&self, ep_id: Id, sreq: Id, rreq: u64, status: Status) {
         if !status.is_err() {
             if let Some(ep) = self.ep(ep_id) {
-                self.send_ctrl(&ep, Ctrl::Atp { rreq });
+                self.send_ctrl(&ep, Ctrl::Atp(wire::Atp { rreq }));
             }
         }
         self.finish(sreq, status);
@@ -929,7 +870,7 @@ impl Core {
 
     fn sync_ack(&self, ep: u64, sreq: u64) {
         if let Some(ep) = self.ep_from_wire(ep, "eager sync") {
-            self.send_ctrl(&ep, Ctrl::SyncAck { sreq });
+            self.send_ctrl(&ep, Ctrl::SyncAck(wire::SyncAck { sreq }));
         }
     }
 
@@ -960,12 +901,10 @@ impl Core {
 
     #[inline(always)]
     pub fn on_eager_only(&self, m: uct::AmRecv<'_>) {
-        let data = m.data();
-        let Some(tag) = Reader::new(data).u64() else {
-            tracing::warn!("eager: message shorter than its header; dropped");
-            return;
+        let (wire::EagerHdr { tag }, payload) = match wire::EagerHdr::decode(m.data()) {
+            Ok(v) => v,
+            Err(e) => return malformed(e),
         };
-        let payload = &data[len::EAGER_ONLY..];
         if !self.deliver_expected(tag, payload) {
             self.count(|c| &mut c.unexpected);
             let desc = m.keep_in(&self.kept_msgs);
@@ -974,15 +913,13 @@ impl Core {
     }
 
     pub fn on_eager_sync_only(&self, m: uct::AmRecv<'_>) {
-        let data = m.data();
-        let mut r = Reader::new(data);
-        let (Some(tag), Some(ep), Some(sreq)) = (r.u64(), r.u64(), r.u64()) else {
-            tracing::warn!("eager sync: message shorter than its header; dropped");
-            return;
+        let (wire::EagerSyncHdr { tag, ep, sreq }, payload) = match wire::EagerSyncHdr::decode(m.data()) {
+            Ok(v) => v,
+            Err(e) => return malformed(e),
         };
         let hit = self.take_expected(tag);
         match hit {
-            Some(rid) => self.deliver_whole(rid, tag, &data[len::EAGER_SYNC_ONLY..], Some((ep, sreq))),
+            Some(rid) => self.deliver_whole(rid, tag, payload, Some((ep, sreq))),
             None => {
                 self.count(|c| &mut c.unexpected);
                 let desc = m.keep_in(&self.kept_msgs);
@@ -992,29 +929,8 @@ impl Core {
         }
     }
 
-    pub fn on_eager_first(&self, sync: bool, m: uct::AmRecv<'_>) {
-        let data = m.data();
-        let mut r = Reader::new(data);
-        let parsed = (|| {
-            let tag = r.u64()?;
-            let ep = r.u64()?;
-            let msg_id = r.u64()?;
-            let total = r.u64()?;
-            let sreq = if sync { Some(r.u64()?) } else { None };
-            Some((tag, ep, msg_id, total, sreq, r.rest()))
-        })();
-        let Some((tag, ep, msg_id, total, sreq, payload)) = parsed else {
-            tracing::warn!("eager first: message shorter than its header; dropped");
-            return;
-        };
-        let Ok(total) = usize::try_from(total) else {
-            tracing::warn!("eager first: length {total} out of range; dropped");
-            return;
-        };
-        if payload.len() > total {
-            tracing::warn!("eager first: {} bytes in a {total}-byte message; dropped", payload.len());
-            return;
-        }
+    pub fn on_eager_first(&self, h: wire::EagerFirstHdr, payload: &[u8]) {
+        let wire::EagerFirstHdr { tag, ep, msg_id, total, sreq } = h;
         let key = (ep, msg_id);
         let sync = sreq.map(|s| (ep, s));
         let hit = self.take_expected(tag);
@@ -1050,19 +966,13 @@ impl Core {
         }
     }
 
-    pub fn on_eager_middle(&self, data: &[u8]) {
-        let mut r = Reader::new(data);
-        let (Some(ep), Some(msg_id), Some(offset)) = (r.u64(), r.u64(), r.u64()) else {
-            tracing::warn!("eager middle: message shorter than its header; dropped");
-            return;
-        };
-        let payload = r.rest();
+    pub fn on_eager_middle(&self, h: wire::EagerMiddleHdr, payload: &[u8]) {
+        let wire::EagerMiddleHdr { ep, msg_id, offset } = h;
         let key = (ep, msg_id);
         let Some(target) = self.frags.borrow().get(&key).copied() else {
             tracing::warn!("eager middle: no message {msg_id:#x} in progress; dropped");
             return;
         };
-        let offset = offset as usize;
         let append = |data: &mut Vec<u8>, total: usize| -> Option<bool> {
             if offset != data.len() || offset + payload.len() > total {
                 return None;
@@ -1157,32 +1067,9 @@ impl Core {
 
     // ---- rendezvous, receive side -------------------------------------------------------------
 
-    pub fn on_rts(&self, data: &[u8]) {
-        let mut r = Reader::new(data);
-        let parsed = (|| {
-            let tag = r.u64()?;
-            let ep = r.u64()?;
-            let sreq = r.u64()?;
-            let size = r.u64()?;
-            let addr = r.u64()?;
-            let flags = r.u8()?;
-            let klen = r.u16()? as usize;
-            let key = r.bytes(klen)?;
-            Some((tag, ep, sreq, size, addr, flags, key))
-        })();
-        let Some((tag, ep, sreq, size, addr, flags, key)) = parsed else {
-            tracing::warn!("rndv rts: malformed header; dropped");
-            return;
-        };
-        let Ok(size) = usize::try_from(size) else {
-            tracing::warn!("rndv rts: size {size} out of range; dropped");
-            return;
-        };
-        let Ok(rkey) = uct::PackedKey::from_slice(key) else {
-            tracing::warn!("rndv rts: {}-byte remote key, longer than any transport packs; dropped", key.len());
-            return;
-        };
-        let rts = Rts { ep, sreq, size, addr, rkey, contig: flags & wire::RTS_FLAG_CONTIG != 0 };
+    pub fn on_rts(&self, h: wire::RtsHdr) {
+        let wire::RtsHdr { tag, ep, sreq, size, addr, contig, rkey } = h;
+        let rts = Rts { ep, sreq, size, addr, rkey, contig };
         let hit = self.take_expected(tag);
         match hit {
             Some(rid) => {
@@ -1217,7 +1104,7 @@ impl Core {
         };
         if rts.size > buflen || rts.size == 0 {
             let status = if rts.size > buflen { Status::MessageTruncated } else { Status::Ok };
-            self.send_ctrl(&ep, Ctrl::Ats { sreq: rts.sreq, status: status.code() as i32 });
+            self.send_ctrl(&ep, Ctrl::Ats(wire::Ats { sreq: rts.sreq, status }));
             self.finish(rid, status);
             return;
         }
@@ -1270,7 +1157,7 @@ impl Core {
             // Kept so a failure of the sender's endpoint fails this receive.
             zc_mut(&self.zc_pool, &mut rr.zc).rts = Some(rts);
         }
-        self.send_ctrl(&ep, Ctrl::Rtr { ep: rep, sreq, rreq: rid.raw(), addr, len, rkey: key });
+        self.send_ctrl(&ep, Ctrl::Rtr(wire::RtrHdr { ep: rep, sreq, rreq: rid.raw(), addr, len, rkey: key }));
     }
 
     /// Issues the get of a matched rendezvous; false when the lane had no resources.
@@ -1290,7 +1177,7 @@ impl Core {
             _ => return true,
         };
         let fail = |e: Status| {
-            self.send_ctrl(ep, Ctrl::Ats { sreq, status: e.code() as i32 });
+            self.send_ctrl(ep, Ctrl::Ats(wire::Ats { sreq, status: e }));
             self.finish(rid, e);
             true
         };
@@ -1329,23 +1216,17 @@ impl Core {
 
     fn rndv_get_done(&self, ep_id: Id, rid: Id, sreq: u64, status: Status) {
         if let Some(ep) = self.ep(ep_id) {
-            self.send_ctrl(&ep, Ctrl::Ats { sreq, status: status.code() as i32 });
+            self.send_ctrl(&ep, Ctrl::Ats(wire::Ats { sreq, status }));
         }
         self.finish(rid, status);
     }
 
-    pub fn on_rndv_data(&self, data: &[u8]) {
-        let mut r = Reader::new(data);
-        let (Some(rreq), Some(offset)) = (r.u64(), r.u64()) else {
-            tracing::warn!("rndv data: truncated header; dropped");
-            return;
-        };
-        let payload = r.rest();
+    pub fn on_rndv_data(&self, h: wire::RndvDataHdr, payload: &[u8]) {
+        let wire::RndvDataHdr { rreq, offset } = h;
         let Some(rid) = self.rreq_from_wire(rreq, "rndv data") else { return };
         let done = {
             let mut reqs = self.reqs.borrow_mut();
             let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = reqs.get_mut(rid) else { return };
-            let offset = offset as usize;
             if offset.checked_add(payload.len()).is_none_or(|e| e > rr.total || e > rr.buf.len()) {
                 tracing::warn!(
                     "rndv data: {} bytes at {offset} outside the {}-byte message; dropped",
@@ -1364,12 +1245,8 @@ impl Core {
         }
     }
 
-    pub fn on_atp(&self, data: &[u8]) {
-        let Some(rreq) = Reader::new(data).u64() else {
-            tracing::warn!("rndv atp: truncated header; dropped");
-            return;
-        };
-        if let Some(rid) = self.rreq_from_wire(rreq, "rndv atp") {
+    pub fn on_atp(&self, h: wire::Atp) {
+        if let Some(rid) = self.rreq_from_wire(h.rreq, "rndv atp") {
             self.finish(rid, Status::Ok);
         }
     }
@@ -1396,22 +1273,64 @@ fn frag_kind(offset: usize, sync: bool) -> (u8, usize) {
     }
 }
 
-/// Writes the header [`frag_kind`] names: tag, endpoint, message id, total length and (sync)
-/// the send request at offset 0, else endpoint, message id and offset.
-fn frag_header(w: &mut Writer<'_>, h: FragHdr) {
-    if h.offset == 0 {
-        w.u64(h.tag);
-        w.u64(h.rep);
-        w.u64(h.msg_id);
-        w.u64(h.len as u64);
-        if h.sync {
-            w.u64(h.sreq);
-        }
-    } else {
-        w.u64(h.rep);
-        w.u64(h.msg_id);
-        w.u64(h.offset as u64);
+impl FragHdr {
+    /// The header of the first fragment.
+    fn first(&self) -> wire::EagerFirstHdr {
+        let sreq = self.sync.then_some(self.sreq);
+        wire::EagerFirstHdr { tag: self.tag, ep: self.rep, msg_id: self.msg_id, total: self.len, sreq }
     }
+
+    /// The header of a later fragment.
+    fn middle(&self) -> wire::EagerMiddleHdr {
+        wire::EagerMiddleHdr { ep: self.rep, msg_id: self.msg_id, offset: self.offset }
+    }
+}
+
+/// Encodes the header of the eager fragment at `h.offset` into `buf`; its AM id and length.
+fn encode_frag(buf: &mut [u8], h: FragHdr) -> (u8, usize) {
+    if h.offset == 0 {
+        encode(buf, &h.first())
+    } else {
+        encode(buf, &h.middle())
+    }
+}
+
+/// Encodes a header into a buffer the caller sized for it; its AM id and length.
+fn encode(buf: &mut [u8], h: &impl Header) -> (u8, usize) {
+    (h.am_id(), pack_header(buf, h))
+}
+
+/// Writes a header into a transport buffer; its length. The callers size their messages to
+/// fit the lane, so a failure is a bug: logged, and the message goes out empty (the peer
+/// drops it as malformed).
+fn pack_header(dst: &mut [u8], h: &impl Header) -> usize {
+    h.encode(dst).unwrap_or_else(|e| {
+        tracing::error!("ucp: {}: {e}", wire::am_name(h.am_id()));
+        0
+    })
+}
+
+/// Writes a header and `n` bytes of `buf` from `offset` into a transport buffer; the length.
+///
+/// # Safety
+/// `buf`'s segments must be valid for reads, and `offset + n <= buf.len()`.
+#[inline(always)]
+unsafe fn pack_data(dst: &mut [u8], h: &impl Header, buf: &Buf, offset: usize, n: usize) -> usize {
+    match h.encode(dst) {
+        Ok(at) if at + n <= dst.len() => {
+            // SAFETY: forwarded from the caller; `n` bytes fit after the header (checked).
+            unsafe { buf.copy_out(offset, &mut dst[at..at + n]) };
+            at + n
+        }
+        _ => pack_header(&mut [], h),
+    }
+}
+
+/// A malformed protocol message: logged with what was wrong, and dropped.
+#[cold]
+#[inline(never)]
+fn malformed(e: wire::WireError) {
+    tracing::warn!("ucp: {e}; message dropped");
 }
 
 /// A start of a queued send that [`Core::send_progress`] makes without taking the buffer out.
