@@ -5,29 +5,30 @@
 //! transports through `uct` and chooses among them by capability and performance model; it never
 //! names a concrete transport.
 
-pub mod address;
 pub mod config;
 pub mod context;
 pub(crate) mod core;
-pub(crate) mod ep;
-pub mod lanes;
+pub(crate) mod dt;
+pub(crate) mod engine;
 pub mod mem;
+pub(crate) mod proto;
 pub mod request;
 pub mod tag;
-pub(crate) mod wakeup;
 pub mod wire;
+mod wireup;
 pub mod worker;
+
+pub use wireup::{address, lanes};
 
 pub use address::{IfaceRecord, WorkerAddress};
 pub use config::{ContextConfig, RndvScheme, Thresh};
 pub use context::{Context, ContextParams, Features};
-pub use ep::{EpInfo, LaneInfo};
 pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, Request, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, CloseMode, Endpoint, EventSource, Message, ProgressDriver, RecvData, RecvFuture, RecvResult, SendData,
-    SendFuture, ThreadMode, Worker, WorkerParams,
+    block_on, CloseMode, Endpoint, EpInfo, EventSource, LaneInfo, Message, ProgressDriver, RecvData, RecvFuture,
+    RecvResult, SendData, SendFuture, ThreadMode, Worker, WorkerParams,
 };
 
 pub use ucs::Status;

@@ -1,11 +1,12 @@
 //! Memory registration (`ucp_mem_map`): a user buffer registered once with every memory
-//! domain of the worker that zero-copy protocols use, so sends and receives that name the
-//! handle skip per-message registration.
+//! domain of the worker that zero-copy protocols use, so operations that name the handle skip
+//! per-message registration.
 
 use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
-use crate::core::{Core, MemMap};
+use crate::core::Core;
+use crate::dt::Seg;
 
 /// A registered region (`ucp_mem_h`), created by [`crate::Worker::mem_map`] and released by
 /// [`crate::Worker::mem_unmap`]. A handle of another worker, or an unmapped one, is ignored
@@ -17,6 +18,13 @@ pub struct MemHandle {
     pub address: usize,
     /// Length of the region.
     pub length: usize,
+}
+
+/// A registration made by `Worker::mem_map`: one handle per interface that needs one.
+pub(crate) struct MemMap {
+    pub addr: usize,
+    pub len: usize,
+    pub regs: Vec<Option<uct::MemH>>,
 }
 
 impl Core {
@@ -58,13 +66,13 @@ impl Core {
         }
     }
 
-    /// A registration covering `[ptr, ptr + len)` on interface `iface`: from the hint when it
-    /// covers the range, else a fresh one.
-    pub fn memh_for(&self, hint: Option<Id>, iface: usize, ptr: *mut u8, len: usize) -> UcsResult<uct::MemH> {
+    /// A registration covering `seg` on interface `iface`: from the hint when it covers the
+    /// range, else a fresh one.
+    pub(crate) fn memh_for(&self, hint: Option<Id>, iface: usize, seg: Seg) -> UcsResult<uct::MemH> {
         if let Some(h) = hint {
             let mems = self.mems.borrow();
             if let Some(m) = mems.get(h) {
-                let (a, e) = (ptr as usize, (ptr as usize).saturating_add(len));
+                let (a, e) = (seg.ptr as usize, (seg.ptr as usize).saturating_add(seg.len));
                 if a >= m.addr && e <= m.addr + m.len {
                     if let Some(Some(r)) = m.regs.get(iface) {
                         return Ok(r.clone());
@@ -73,8 +81,9 @@ impl Core {
             }
         }
         let md = &self.ifaces[iface].md;
-        // SAFETY: the buffer belongs to an operation in flight; the caller keeps it valid until
-        // the operation completes, and the handle is dropped at completion.
-        unsafe { md.mem_reg(ptr, len, uct::MemAccess::all()) }
+        // SAFETY: the segment belongs to an operation in flight, whose user buffer stays valid
+        // until it completes (the contract of its `UserBuf`); the handle is dropped with the
+        // operation.
+        unsafe { md.mem_reg(seg.ptr, seg.len, uct::MemAccess::all()) }
     }
 }

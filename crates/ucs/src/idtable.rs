@@ -136,6 +136,15 @@ impl<T> IdTable<T> {
         }
     }
 
+    /// The id the next [`insert`](Self::insert) returns, for callers that must hand the id out
+    /// (to a transport, say) before the value exists. Valid until the table changes.
+    pub fn next_id(&self) -> Id {
+        match self.slots.get(self.free_head as usize) {
+            Some(slot) => Id::new(self.free_head, slot.generation),
+            None => Id::new(self.slots.len() as u32, 1),
+        }
+    }
+
     /// `try_insert` without a free slot: a new one at the end.
     #[inline(never)]
     fn insert_grow(&mut self, value: T) -> Result<Id, T> {
@@ -385,6 +394,23 @@ mod tests {
         assert_eq!(t.get(b), None);
         assert_eq!(t.len(), 1);
         assert!(!t.is_empty());
+    }
+
+    #[test]
+    fn next_id_names_the_next_insert() {
+        let mut t = IdTable::new();
+        for round in 0..3 {
+            let want = t.next_id();
+            let a = t.insert(round);
+            assert_eq!(a, want, "fresh slot, round {round}");
+            let want = t.next_id();
+            let b = t.insert(round);
+            assert_eq!(b, want);
+            t.remove(a);
+            // A reused slot: its bumped generation.
+            assert_eq!(t.next_id(), Id::new(a.index(), a.generation() + 1));
+            assert_eq!(t.insert(round), Id::new(a.index(), a.generation() + 1));
+        }
     }
 
     #[test]

@@ -11,13 +11,10 @@
 //!
 //! Nothing of the core (it is built on `Rc`) ever leaves it: the public types carry ids.
 
-use std::future::Future;
 use std::os::fd::RawFd;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 
 use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
@@ -26,13 +23,23 @@ pub use ucs::ThreadMode;
 
 use crate::address::WorkerAddress;
 use crate::context::{Context, Features};
+use crate::core::wakeup::Wakeup;
 use crate::core::Core;
-use crate::ep::EpInfo;
+use crate::dt::UserBuf;
 use crate::mem::MemHandle;
-use crate::request::{Buf, IoVec, RecvInfo, ReqKind, Request, RequestFlags, RequestParam, Seg};
-use crate::tag::proto::RecvOut;
+use crate::request::{RecvInfo, Request, RequestParam};
+use crate::tag::recv::RecvOut;
 use crate::tag::Tag;
-use crate::wakeup::Wakeup;
+
+mod data;
+mod endpoint;
+mod future;
+
+pub use data::{RecvData, RecvResult, SendData};
+use data::detach;
+pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};
+use future::FutState;
+pub use future::{block_on, EventSource, ProgressDriver, RecvFuture, SendFuture};
 
 /// Parameters of [`Worker::new`] (`ucp_worker_params_t`).
 #[derive(Clone, Debug, Default)]
@@ -56,7 +63,7 @@ impl WorkerParams {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     mode: ThreadMode,
     owner: usize,
     lock: parking_lot::ReentrantMutex<()>,
@@ -68,7 +75,7 @@ struct Shared {
     /// Present when the context has the WAKEUP feature.
     wakeup: Option<Wakeup>,
     /// Live [`ProgressDriver`]s: while any exists, futures leave progress to them.
-    drivers: AtomicUsize,
+    pub(crate) drivers: AtomicUsize,
 }
 
 // SAFETY: the `Rc` graph inside `core` is only touched by a thread that entered the worker:
@@ -82,10 +89,15 @@ unsafe impl Sync for Shared {}
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Requests may hold callbacks and buffers; endpoints hold transport endpoints. Drop
-        // them before the interfaces (the core's fields drop after this).
-        let eps = std::mem::take(&mut *self.core.eps.borrow_mut());
-        drop(eps);
+        // Endpoints hold transport endpoints, requests callbacks, buffers and registrations:
+        // they go before the interfaces (the core's fields drop after this), and outside the
+        // engine (a callback's or buffer's drop may run user code).
+        self.core.with_engine(|e| e.destroy_all());
+        let (reqs, tag) = {
+            let mut e = self.core.engine.borrow_mut();
+            (std::mem::take(&mut e.reqs), std::mem::take(&mut e.tag))
+        };
+        drop((reqs, tag));
     }
 }
 
@@ -97,15 +109,15 @@ fn thread_mark() -> usize {
 }
 
 /// Entered state: the lock guard when there is one.
-struct Entered<'a> {
+pub(crate) struct Entered<'a> {
     _guard: Option<parking_lot::ReentrantMutexGuard<'a, ()>>,
-    core: &'a Core,
+    pub(crate) core: &'a Core,
 }
 
 /// A UCP worker. Clones are handles on the same worker.
 #[derive(Clone)]
 pub struct Worker {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -144,7 +156,7 @@ impl Worker {
     /// Enters the worker: the owner thread of a single-threaded worker at once, the others
     /// through [`Self::enter_slow`].
     #[inline(always)]
-    fn enter(&self) -> UcsResult<Entered<'_>> {
+    pub(crate) fn enter(&self) -> UcsResult<Entered<'_>> {
         let s = &*self.shared;
         if s.mode == ThreadMode::Single && thread_mark() == s.owner {
             return Ok(Entered { _guard: None, core: &s.core });
@@ -274,7 +286,7 @@ impl Worker {
         ProgressDriver { worker: self.clone() }
     }
 
-    fn driven(&self) -> bool {
+    pub(crate) fn driven(&self) -> bool {
         self.shared.drivers.load(Ordering::Acquire) > 0
     }
 
@@ -335,7 +347,8 @@ impl Worker {
     unsafe fn recv_raw(&self, data: RecvData<'_>, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        unsafe { e.core.tag_recv(data.into_buf()?, tag, mask, param) }
+        let buf = unsafe { data.into_buf()? };
+        e.core.tag_recv(buf, tag, mask, param)
     }
 
     /// [`tag_recv_nbx`](Self::tag_recv_nbx) without a request handle, for a caller that learns
@@ -367,7 +380,7 @@ impl Worker {
     }
 
     #[inline]
-    fn recv_result(&self, out: RecvOut) -> RecvResult<'_> {
+    pub(crate) fn recv_result(&self, out: RecvOut) -> RecvResult<'_> {
         match out {
             RecvOut::Done(i) => RecvResult::Done(i),
             RecvOut::Req(id) => RecvResult::Pending(Request { worker: self, id }),
@@ -383,13 +396,10 @@ impl Worker {
     {
         let mut boxed = Box::new(buf);
         let s = boxed.as_mut().as_mut();
-        let seg = Seg { ptr: s.as_mut_ptr(), len: s.len() };
-        let r = self.enter().and_then(|e| {
-            // SAFETY: the buffer is boxed and handed to the worker below before any data can
-            // arrive into it from progress; the worker frees or returns it only once the
-            // request completed.
-            unsafe { e.core.tag_recv(Buf::Contig(seg), tag, mask, RequestParam::new()) }
-        });
+        // SAFETY: the buffer is boxed and handed to the worker below before any data can arrive
+        // into it from progress; the worker frees or returns it only once the request completed.
+        let ub = unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) };
+        let r = self.enter().and_then(|e| e.core.tag_recv(ub, tag, mask, RequestParam::new()));
         let state = match r {
             Ok(RecvOut::Done(info)) => FutState::Ready(Some(*boxed), Ok(info)),
             Err(e) => FutState::Ready(Some(*boxed), Err(e)),
@@ -402,9 +412,9 @@ impl Worker {
     }
 
     /// Hands an owned buffer to request `id`.
-    fn give<B: Send + 'static>(&self, id: Id, b: Box<B>) {
+    pub(crate) fn give<B: Send + 'static>(&self, id: Id, b: Box<B>) {
         if let Ok(e) = self.enter() {
-            if let Some(r) = e.core.reqs.borrow_mut().get_mut(id) {
+            if let Some(r) = e.core.engine.borrow_mut().reqs.tab.get_mut(id) {
                 r.ext_mut().owned = Some(b);
                 return;
             }
@@ -415,10 +425,17 @@ impl Worker {
     }
 
     /// Takes the owned buffer back from a completed request and frees the request.
-    fn take_back<B: 'static>(&self, id: Id) -> (Option<B>, Status, RecvInfo) {
+    pub(crate) fn take_back<B: 'static>(&self, id: Id) -> (Option<B>, Status, RecvInfo) {
         let Ok(e) = self.enter() else { return (None, Status::InvalidParam, RecvInfo::default()) };
         let (status, info) = e.core.req_status(id);
-        let owned = e.core.reqs.borrow_mut().get_mut(id).and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
+        let owned = e
+            .core
+            .engine
+            .borrow_mut()
+            .reqs
+            .tab
+            .get_mut(id)
+            .and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
         e.core.req_release(id);
         let b = owned.and_then(|o| o.downcast::<B>().ok()).map(|b| *b);
         (b, status, info)
@@ -449,7 +466,7 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = unsafe { e.core.msg_recv(data.into_buf()?, msg.id, param)? };
+        let out = e.core.msg_recv(unsafe { data.into_buf()? }, msg.id, param)?;
         Ok(self.recv_result(out))
     }
 
@@ -492,10 +509,10 @@ impl Worker {
     /// Registers `w` to be woken when request `id` completes, if it is still in progress;
     /// returns the status seen under the same entry (so a completion on another thread between
     /// a status check and the registration is not missed).
-    fn register_waker(&self, id: Id, w: &std::task::Waker) -> Status {
+    pub(crate) fn register_waker(&self, id: Id, w: &std::task::Waker) -> Status {
         let Ok(e) = self.enter() else { return Status::InvalidParam };
-        let mut reqs = e.core.reqs.borrow_mut();
-        let Some(r) = reqs.get_mut(id) else { return Status::NoElem };
+        let mut eng = e.core.engine.borrow_mut();
+        let Some(r) = eng.reqs.tab.get_mut(id) else { return Status::NoElem };
         if r.status != Status::InProgress {
             return r.status;
         }
@@ -512,8 +529,8 @@ impl Worker {
     pub fn stats(&self) -> (usize, usize, usize, usize) {
         match self.enter() {
             Ok(e) => {
-                let reqs = e.core.reqs.borrow();
-                (e.core.eps.borrow().len(), reqs.len(), e.core.unexp.borrow().len(), reqs.exp.len())
+                let eng = e.core.engine.borrow();
+                (eng.eps.len(), eng.reqs.tab.len(), eng.tag.unexp.len(), eng.reqs.exp.len())
             }
             Err(_) => (0, 0, 0, 0),
         }
@@ -521,7 +538,7 @@ impl Worker {
 
     /// How many messages each protocol carried so far.
     pub fn proto_counts(&self) -> crate::ProtoCounts {
-        self.enter().map(|e| e.core.counts.get()).unwrap_or_default()
+        self.enter().map(|e| e.core.engine.borrow().counts).unwrap_or_default()
     }
 
     /// Names of the interfaces, in address order (`transport/device`).
@@ -536,435 +553,3 @@ pub struct Message {
     id: Id,
 }
 
-/// Receive buffer of the raw API.
-#[derive(Debug)]
-pub enum RecvData<'a> {
-    /// One buffer.
-    Contig(&'a mut [u8]),
-    /// Scattered buffers (`ucp_dt_iov_t`).
-    Iov(&'a [IoVec]),
-}
-
-impl RecvData<'_> {
-    #[inline]
-    fn into_buf(self) -> UcsResult<Buf> {
-        Ok(match self {
-            RecvData::Contig(s) => Buf::Contig(Seg { ptr: s.as_mut_ptr(), len: s.len() }),
-            // SAFETY: the caller of the raw API keeps the list valid until completion.
-            RecvData::Iov(v) => unsafe { iov_buf(v)? },
-        })
-    }
-}
-
-/// Send buffer of the raw API.
-#[derive(Debug)]
-pub enum SendData<'a> {
-    /// One buffer.
-    Contig(&'a [u8]),
-    /// Gathered buffers (`ucp_dt_iov_t`).
-    Iov(&'a [IoVec]),
-}
-
-impl SendData<'_> {
-    #[inline]
-    fn into_buf(self) -> UcsResult<Buf> {
-        Ok(match self {
-            SendData::Contig(s) => Buf::Contig(Seg { ptr: s.as_ptr() as *mut u8, len: s.len() }),
-            // SAFETY: the caller of the raw API keeps the list valid until completion.
-            SendData::Iov(v) => unsafe { iov_buf(v)? },
-        })
-    }
-}
-
-/// Checks an iov list and views it as a buffer.
-///
-/// # Safety
-/// As [`Buf::iov`]: `v` stays valid and unchanged while the buffer is used.
-#[inline(never)]
-unsafe fn iov_buf(v: &[IoVec]) -> UcsResult<Buf> {
-    let mut total = 0usize;
-    for x in v {
-        if x.buffer.is_null() && x.length != 0 {
-            tracing::error!("iov entry with a null buffer and length {}", x.length);
-            return Err(Status::InvalidParam);
-        }
-        total = total.checked_add(x.length).ok_or_else(|| {
-            tracing::error!("iov lengths overflow");
-            Status::InvalidParam
-        })?;
-    }
-    Ok(match v {
-        // One piece is a contiguous buffer.
-        [x] => Buf::Contig(Seg { ptr: x.buffer, len: x.length }),
-        // SAFETY: forwarded from the caller.
-        _ => unsafe { Buf::iov(v) },
-    })
-}
-
-/// The parameters of a detached operation (no request handle), or the error of asking for
-/// a handle with `NO_IMM_CMPL`.
-#[inline]
-fn detach(mut param: RequestParam, op: &str) -> UcsResult<RequestParam> {
-    if param.flags.contains(RequestFlags::NO_IMM_CMPL) {
-        return no_handle_for(op);
-    }
-    param.detached = true;
-    Ok(param)
-}
-
-#[cold]
-#[inline(never)]
-fn no_handle_for<T>(op: &str) -> UcsResult<T> {
-    tracing::error!("{op}: NO_IMM_CMPL asks for a request handle, which a detached operation does not give");
-    Err(Status::InvalidParam)
-}
-
-/// Outcome of a receive: completed at once, or a request.
-#[derive(Debug)]
-pub enum RecvResult<'w> {
-    /// Completed at once (no callback).
-    Done(RecvInfo),
-    /// In progress.
-    Pending(Request<'w>),
-}
-
-impl RecvResult<'_> {
-    /// Waits for completion (progressing the worker).
-    pub fn wait(self) -> Result<RecvInfo, Status> {
-        match self {
-            RecvResult::Done(i) => Ok(i),
-            RecvResult::Pending(r) => r.wait(),
-        }
-    }
-}
-
-/// How [`Endpoint::close`] ends an endpoint (`UCP_EP_CLOSE_MODE_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseMode {
-    /// Outstanding operations finish and the transports flush first.
-    Flush,
-    /// Outstanding operations complete with `Canceled` now.
-    Force,
-}
-
-/// An endpoint (`ucp_ep_h`). Clones name the same endpoint; it lives until
-/// [`Endpoint::close`] or until the worker goes.
-#[derive(Clone)]
-pub struct Endpoint {
-    worker: Worker,
-    id: Id,
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("id", &self.id).finish()
-    }
-}
-
-impl Endpoint {
-    /// The worker.
-    pub fn worker(&self) -> &Worker {
-        &self.worker
-    }
-
-    /// Sends a tagged message (`ucp_tag_send_nbx`). `Ok(None)`: completed at once.
-    ///
-    /// # Safety
-    /// The send buffer (every iov entry) must stay valid and unmodified until the request
-    /// completes, and so must an iov list itself (read in place, as in UCX).
-    #[inline]
-    pub unsafe fn tag_send_nbx(
-        &self,
-        data: SendData<'_>,
-        tag: Tag,
-        param: RequestParam,
-    ) -> UcsResult<Option<Request<'_>>> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.send_nbx(data, tag, false, param) }
-    }
-
-    /// Synchronous send (`ucp_tag_send_sync_nbx`): completes once the receiver matched it.
-    ///
-    /// # Safety
-    /// As [`Endpoint::tag_send_nbx`].
-    #[inline]
-    pub unsafe fn tag_send_sync_nbx(
-        &self,
-        data: SendData<'_>,
-        tag: Tag,
-        param: RequestParam,
-    ) -> UcsResult<Option<Request<'_>>> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.send_nbx(data, tag, true, param) }
-    }
-
-    /// [`tag_send_nbx`](Self::tag_send_nbx) without a request handle, for a caller that learns
-    /// of the completion from the parameters' callback alone (see
-    /// [`Worker::tag_recv_nbx_detached`]). `Ok(true)`: completed at once, and no callback runs;
-    /// `Ok(false)`: the callback reports the completion, possibly already inside this call (a
-    /// message sent whole from the request path, or a synchronous send over `self`).
-    /// `NO_IMM_CMPL` is refused (`InvalidParam`).
-    ///
-    /// # Safety
-    /// As [`Endpoint::tag_send_nbx`].
-    #[inline]
-    pub unsafe fn tag_send_nbx_detached(&self, data: SendData<'_>, tag: Tag, param: RequestParam) -> UcsResult<bool> {
-        let param = detach(param, "tag_send_nbx_detached")?;
-        // SAFETY: forwarded from the caller.
-        Ok(unsafe { self.send_raw(data, tag, false, param)? }.is_none())
-    }
-
-    /// [`tag_send_sync_nbx`](Self::tag_send_sync_nbx) without a request handle, as
-    /// [`tag_send_nbx_detached`](Self::tag_send_nbx_detached).
-    ///
-    /// # Safety
-    /// As [`Endpoint::tag_send_nbx`].
-    #[inline]
-    pub unsafe fn tag_send_sync_nbx_detached(
-        &self,
-        data: SendData<'_>,
-        tag: Tag,
-        param: RequestParam,
-    ) -> UcsResult<bool> {
-        let param = detach(param, "tag_send_sync_nbx_detached")?;
-        // SAFETY: forwarded from the caller.
-        Ok(unsafe { self.send_raw(data, tag, true, param)? }.is_none())
-    }
-
-    /// A tagged send entered into the core; the id of its request, if it did not complete at
-    /// once.
-    ///
-    /// # Safety
-    /// As [`Endpoint::tag_send_nbx`].
-    #[inline(always)]
-    unsafe fn send_raw(&self, data: SendData<'_>, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<Option<Id>> {
-        let e = self.worker.enter()?;
-        // SAFETY: forwarded from the caller.
-        unsafe { e.core.tag_send(self.id, data.into_buf()?, tag, sync, param) }
-    }
-
-    /// # Safety
-    /// As [`Endpoint::tag_send_nbx`].
-    #[inline]
-    unsafe fn send_nbx(
-        &self,
-        data: SendData<'_>,
-        tag: Tag,
-        sync: bool,
-        param: RequestParam,
-    ) -> UcsResult<Option<Request<'_>>> {
-        // SAFETY: forwarded from the caller.
-        let r = unsafe { self.send_raw(data, tag, sync, param)? };
-        Ok(r.map(|id| Request { worker: &self.worker, id }))
-    }
-
-    /// Sends `data` and progresses the worker until the send completed.
-    pub fn tag_send_blocking(&self, data: &[u8], tag: Tag) -> UcsResult<()> {
-        // SAFETY: `data` stays borrowed until the request completed (the wait below).
-        match unsafe { self.tag_send_nbx(SendData::Contig(data), tag, RequestParam::new())? } {
-            None => Ok(()),
-            Some(r) => r.wait().map(|_| ()),
-        }
-    }
-
-    /// Sends an owned buffer; resolves to the buffer and the outcome.
-    pub fn tag_send<B: AsRef<[u8]> + Send + 'static>(&self, buf: B, tag: Tag) -> SendFuture<B> {
-        self.send_owned(buf, tag, false)
-    }
-
-    /// Synchronous send of an owned buffer: resolves once the receiver matched it.
-    pub fn tag_send_sync<B: AsRef<[u8]> + Send + 'static>(&self, buf: B, tag: Tag) -> SendFuture<B> {
-        self.send_owned(buf, tag, true)
-    }
-
-    fn send_owned<B: AsRef<[u8]> + Send + 'static>(&self, buf: B, tag: Tag, sync: bool) -> SendFuture<B> {
-        let boxed = Box::new(buf);
-        let s = boxed.as_ref().as_ref();
-        let seg = Seg { ptr: s.as_ptr() as *mut u8, len: s.len() };
-        let r = self.worker.enter().and_then(|e| {
-            // SAFETY: the buffer is boxed and handed to the worker below; it is returned or
-            // freed only after the request completed.
-            unsafe { e.core.tag_send(self.id, Buf::Contig(seg), tag, sync, RequestParam::new()) }
-        });
-        let state = match r {
-            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: seg.len, sender_tag: tag })),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(Some(id)) => {
-                self.worker.give(id, boxed);
-                FutState::Pending(id)
-            }
-        };
-        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
-    }
-
-    /// Names the transport of each lane (`ucp_ep_query`).
-    pub fn query(&self) -> UcsResult<EpInfo> {
-        self.worker.enter()?.core.ep_query(self.id)
-    }
-
-    /// Starts closing (`ucp_ep_close_nbx`); the request completes when the endpoint is gone.
-    pub fn close_nbx(&self, mode: CloseMode) -> UcsResult<Request<'_>> {
-        let e = self.worker.enter()?;
-        let force = mode == CloseMode::Force;
-        let rid = e.core.req_new(ReqKind::Close(crate::request::CloseReq { ep: self.id }), None);
-        e.core.ep_close(self.id, force, rid);
-        Ok(Request { worker: &self.worker, id: rid })
-    }
-
-    /// Closes and waits.
-    pub fn close(self, mode: CloseMode) -> UcsResult<()> {
-        self.close_nbx(mode)?.wait().map(|_| ())
-    }
-}
-
-enum FutState<B> {
-    Ready(Option<B>, Result<RecvInfo, Status>),
-    Pending(Id),
-    Gone,
-}
-
-/// A receive into an owned buffer; resolves to `(buffer, outcome)`. Polling progresses the
-/// worker once; while pending it asks to be polled again at once (busy polling), so it runs
-/// under any executor without a separate progress task.
-pub struct RecvFuture<B: 'static> {
-    worker: Worker,
-    state: FutState<B>,
-}
-
-impl<B: 'static> Unpin for RecvFuture<B> {}
-
-impl<B: 'static> Future for RecvFuture<B> {
-    type Output = (B, Result<RecvInfo, Status>);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        match std::mem::replace(&mut self.state, FutState::Gone) {
-            FutState::Ready(Some(b), r) => Poll::Ready((b, r)),
-            FutState::Pending(id) => {
-                let driven = self.worker.driven();
-                if !driven && self.worker.request_status(id).0 == Status::InProgress {
-                    self.worker.progress();
-                }
-                if self.worker.register_waker(id, cx.waker()) == Status::InProgress {
-                    self.state = FutState::Pending(id);
-                    if !driven {
-                        cx.waker().wake_by_ref();
-                    }
-                    return Poll::Pending;
-                }
-                let (b, status, info) = self.worker.take_back::<B>(id);
-                match b {
-                    Some(b) => Poll::Ready((b, if status.is_err() { Err(status) } else { Ok(info) })),
-                    None => {
-                        // Only if the worker refused entry (wrong thread): nothing to return.
-                        self.state = FutState::Gone;
-                        Poll::Pending
-                    }
-                }
-            }
-            FutState::Ready(None, _) | FutState::Gone => Poll::Pending,
-        }
-    }
-}
-
-impl<B: 'static> Drop for RecvFuture<B> {
-    fn drop(&mut self) {
-        if let FutState::Pending(id) = self.state {
-            // Cancel a receive still waiting for a match; anything further along keeps its
-            // buffer inside the worker until the transport is done.
-            self.worker.request_cancel(id);
-            self.worker.request_release(id);
-        }
-    }
-}
-
-/// A send of an owned buffer; resolves to `(buffer, outcome)`. Dropping it does not stop the
-/// send: the worker keeps the buffer until the transport is done with it.
-pub struct SendFuture<B: 'static> {
-    inner: RecvFuture<B>,
-}
-
-impl<B: 'static> Future for SendFuture<B> {
-    type Output = (B, Result<(), Status>);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.inner).poll(cx).map(|(b, r)| (b, r.map(|_| ())))
-    }
-}
-
-impl<B: 'static> Drop for SendFuture<B> {
-    fn drop(&mut self) {
-        if let FutState::Pending(id) = self.inner.state {
-            self.inner.state = FutState::Gone;
-            self.inner.worker.request_release(id);
-        }
-    }
-}
-
-/// A worker's event descriptor together with a handle that keeps it open (see
-/// [`Worker::event_source`]).
-#[derive(Debug, Clone)]
-pub struct EventSource {
-    worker: Worker,
-    fd: RawFd,
-}
-
-impl EventSource {
-    /// The worker.
-    pub fn worker(&self) -> &Worker {
-        &self.worker
-    }
-}
-
-impl std::os::fd::AsRawFd for EventSource {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd
-    }
-}
-
-impl std::os::fd::AsFd for EventSource {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: the descriptor belongs to the worker's wakeup set, which the worker handle in
-        // `self` keeps open (it closes only when the last handle drops), so it is valid for the
-        // borrow of `self`.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
-    }
-}
-
-/// Keeps the futures of a worker from progressing it while alive; see
-/// [`Worker::progress_driver`].
-#[derive(Debug)]
-pub struct ProgressDriver {
-    worker: Worker,
-}
-
-impl ProgressDriver {
-    /// The driven worker.
-    pub fn worker(&self) -> &Worker {
-        &self.worker
-    }
-}
-
-impl Drop for ProgressDriver {
-    fn drop(&mut self) {
-        self.worker.shared.drivers.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Runs a future to completion on this thread (a minimal executor for examples and tests).
-pub fn block_on<F: Future>(fut: F) -> F::Output {
-    use std::task::{RawWaker, RawWakerVTable, Waker};
-    fn clone(_: *const ()) -> RawWaker {
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn noop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
-    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
-    let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
-    let mut cx = TaskContext::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}

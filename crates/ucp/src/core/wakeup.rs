@@ -17,7 +17,7 @@ use ucs::{Status, UcsResult};
 use uct::EventFlags;
 
 use crate::core::Core;
-use crate::ep::EpStatus;
+use crate::engine::EpStatus;
 
 /// Token of the signal eventfd in the epoll set; interface `i` has token `i`.
 const SIGNAL_TOKEN: u64 = u64::MAX;
@@ -101,12 +101,13 @@ impl Core {
     /// interface has events or queued operations, an endpoint has replayable sends, or a close
     /// is being flushed (flushes are polled, not signalled).
     pub fn arm(&self) -> UcsResult<()> {
-        let replayable = self
-            .pending_eps
-            .borrow()
-            .iter()
-            .any(|&id| self.ep(id).is_some_and(|ep| ep.status.get() != EpStatus::Connecting));
-        if replayable || !self.closing.borrow().is_empty() {
+        let busy = {
+            let e = self.engine.borrow();
+            let replayable =
+                e.retry.iter().any(|&id| e.eps.get(id).is_some_and(|ep| ep.status != EpStatus::Connecting));
+            replayable || !e.closing.is_empty()
+        };
+        if busy {
             return Err(Status::Busy);
         }
         for (i, wi) in self.ifaces.iter().enumerate() {

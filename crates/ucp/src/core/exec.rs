@@ -1,0 +1,276 @@
+//! The driver's half of a transmission: turning a [`Tx`] into uct calls (registering memory
+//! and packing or unpacking keys on the way), and the completions of zero-copy operations.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use ucs::Status;
+
+use super::lanes::EpLanes;
+use super::Core;
+use crate::dt::UserBuf;
+use crate::engine::{Mem, Tx, TxOp, TxResult, TxStatus, ZcDone};
+use crate::wire::{self, len, Header};
+
+/// Free completions the worker keeps for reuse at most.
+const ZC_COMPS_KEPT: usize = 256;
+
+/// What a reusable zero-copy completion reports when it fires, and the resources its
+/// operation needs until then (the registration and unpacked key of a get or put).
+pub(crate) struct ZcSlot {
+    what: Cell<Option<ZcDone>>,
+    keep: RefCell<Option<(uct::MemH, uct::RemoteKey)>>,
+}
+
+/// A free reusable completion.
+pub(crate) struct ZcComp {
+    comp: Rc<uct::Completion>,
+    slot: Rc<ZcSlot>,
+}
+
+/// Writes a header and `n` bytes of `data` from `offset` into a transport buffer; the length.
+/// The engine sized the message to fit the lane, so a failure is a bug: logged, and the
+/// message goes out empty (the peer drops it as malformed).
+#[inline(always)]
+pub(crate) fn pack_data(dst: &mut [u8], h: &impl Header, data: &UserBuf, offset: usize, n: usize) -> usize {
+    if let Ok(at) = h.encode(dst) {
+        if let Some(room) = dst.get_mut(at..at + n) {
+            if data.copy_out(offset, room).is_ok() {
+                return at + n;
+            }
+        }
+    }
+    packing_failed(h.am_id())
+}
+
+#[cold]
+#[inline(never)]
+fn packing_failed(id: u8) -> usize {
+    tracing::error!("ucp: a {} message does not fit its transport buffer", wire::am_name(id));
+    0
+}
+
+/// Writes a header into a transport buffer; its length (0, logged, when it does not fit).
+fn pack_header(dst: &mut [u8], h: &dyn Fn(&mut [u8]) -> Result<usize, wire::WireError>, id: u8) -> usize {
+    h(dst).unwrap_or_else(|e| {
+        tracing::error!("ucp: {} message: {e}", wire::am_name(id));
+        0
+    })
+}
+
+impl Core {
+    /// Makes transmission `tx` on its endpoint's lanes.
+    pub(crate) fn exec(&self, tx: &Tx<Rc<EpLanes>>) -> TxResult {
+        let lanes = &*tx.io;
+        let ep = lanes.uct(tx.lane);
+        match &tx.op {
+            TxOp::Short { tag, data } => {
+                TxResult::from_uct(ep.am_short(wire::AM_EAGER_ONLY, *tag, data.contig_bytes().unwrap_or(&[])))
+            }
+            TxOp::Bcopy { hdr, data, offset, len } => TxResult::from_uct(ep.am_bcopy(
+                hdr.am_id(),
+                &mut |dst| pack_data(dst, hdr, data, *offset, *len),
+                uct::SendFlags::empty(),
+            )),
+            TxOp::Ctrl(c) => TxResult::from_uct(ep.am_bcopy(
+                c.am_id(),
+                &mut |dst| pack_header(dst, &|b| c.encode(b), c.am_id()),
+                uct::SendFlags::empty(),
+            )),
+            TxOp::Rts { hdr, offer, mem } => {
+                let mut hdr = *hdr;
+                let memh = mem.as_ref().and_then(|m| self.expose(lanes, m, offer.key.then_some(&mut hdr.rkey)));
+                let mut r = TxResult::from_uct(ep.am_bcopy(
+                    wire::AM_RNDV_RTS,
+                    &mut |dst| pack_header(dst, &|b| hdr.encode(b), wire::AM_RNDV_RTS),
+                    uct::SendFlags::empty(),
+                ));
+                r.keyed = !hdr.rkey.is_empty();
+                r.memh = memh;
+                r
+            }
+            TxOp::Rtr { hdr, mem } => {
+                let mut hdr = *hdr;
+                let memh = mem.as_ref().and_then(|m| self.expose(lanes, m, Some(&mut hdr.rkey)));
+                let mut r = TxResult::from_uct(ep.am_bcopy(
+                    wire::AM_RNDV_RTR,
+                    &mut |dst| pack_header(dst, &|b| hdr.encode(b), wire::AM_RNDV_RTR),
+                    uct::SendFlags::empty(),
+                ));
+                r.keyed = !hdr.rkey.is_empty();
+                r.memh = if r.keyed { memh } else { None };
+                r
+            }
+            TxOp::AmZcopy { hdr, mem, token } => {
+                let iface = lanes.uct_eps[lanes.am_idx].pair.local;
+                let (memh, new) = match &mem.memh {
+                    Some(m) => (m.clone(), false),
+                    None => match self.memh_for(mem.hint, iface, mem.seg) {
+                        Ok(m) => (m, true),
+                        Err(e) => return TxResult::of(TxStatus::Failed(e)),
+                    },
+                };
+                let mut h = [0u8; len::MAX_DATA_HDR];
+                let Ok(n) = hdr.encode(&mut h) else { return TxResult::of(TxStatus::Failed(Status::InvalidParam)) };
+                let (comp, _) = self.zc_completion(*token);
+                let iov = [uct::Iov::new(mem.seg.ptr, mem.seg.len, Some(&memh))];
+                // SAFETY: the user's buffer stays valid and unmodified until the send completes
+                // (the contract of its `UserBuf`), which the engine does only after this
+                // fragment's completion; the registration lives in the request until then.
+                let r = unsafe { ep.am_zcopy(hdr.am_id(), &h[..n], &iov, uct::SendFlags::empty(), Some(&comp)) };
+                let mut r = TxResult::from_uct(r);
+                r.memh = new.then_some(memh);
+                r
+            }
+            TxOp::Get { mem, remote, rkey, token } => self.rma(lanes, mem, *remote, rkey, *token, true),
+            TxOp::Put { mem, remote, rkey, token } => self.rma(lanes, mem, *remote, rkey, *token, false),
+        }
+    }
+
+    /// Registers `mem` on the endpoint's rendezvous lane (or takes its registration) and packs
+    /// a key into `key`; the registration, or `None` when that failed (then the data goes by
+    /// active messages, which need neither).
+    fn expose(&self, lanes: &EpLanes, mem: &Mem, key: Option<&mut uct::PackedKey>) -> Option<uct::MemH> {
+        let rl = lanes.rndv?;
+        let memh = match &mem.memh {
+            Some(m) => m.clone(),
+            None => match self.memh_for(mem.hint, rl.iface, mem.seg) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!("rndv: cannot register the buffer ({e}); data goes by active messages");
+                    return None;
+                }
+            },
+        };
+        if let Some(k) = key {
+            match self.ifaces[rl.iface].md.mkey_pack(&memh) {
+                Ok(packed) => *k = packed,
+                Err(e) => tracing::debug!("rndv: cannot pack a key ({e}); data goes by active messages"),
+            }
+        }
+        Some(memh)
+    }
+
+    /// A rendezvous get (into `mem`) or put (from it) on the rendezvous lane.
+    fn rma(
+        &self,
+        lanes: &EpLanes,
+        mem: &Mem,
+        remote: u64,
+        packed: &uct::PackedKey,
+        token: ZcDone,
+        get: bool,
+    ) -> TxResult {
+        let Some(rl) = lanes.rndv else { return TxResult::of(TxStatus::Failed(Status::Unsupported)) };
+        let wi = &self.ifaces[rl.iface];
+        let rkey = match wi.md.component().rkey_unpack(packed) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!("rndv: bad remote key ({e})");
+                return TxResult::of(TxStatus::Failed(e));
+            }
+        };
+        let (memh, new) = match &mem.memh {
+            Some(m) => (m.clone(), false),
+            None => match self.memh_for(mem.hint, rl.iface, mem.seg) {
+                Ok(m) => (m, true),
+                Err(e) => return TxResult::of(TxStatus::Failed(e)),
+            },
+        };
+        let (comp, slot) = self.zc_completion(token);
+        let iov = [uct::Iov::new(mem.seg.ptr, mem.seg.len, Some(&memh))];
+        let ep = &*lanes.uct_eps[rl.uct].ep;
+        // SAFETY: the user's buffer stays valid (for a get: and untouched) until the request
+        // completes (the contract of its `UserBuf`, or the worker holds it for a future); the
+        // engine completes it only after this operation's completion, and the registration
+        // and key live in the completion's slot until it fires.
+        let r = unsafe {
+            if get {
+                ep.get_zcopy(&iov, remote, &rkey, Some(&comp))
+            } else {
+                ep.put_zcopy(&iov, remote, &rkey, Some(&comp))
+            }
+        };
+        if let Ok(ucs::Outcome::InProgress) = r {
+            *slot.keep.borrow_mut() = Some((memh.clone(), rkey));
+        }
+        let mut r = TxResult::from_uct(r);
+        r.memh = new.then_some(memh);
+        r
+    }
+
+    /// A completion for one zero-copy operation that reports `what` when it fires: a free one
+    /// of the worker's, or a new one. A completion goes back to the free list when it fired, and
+    /// is reused only once nobody else holds it (the transport that completed it), so a late
+    /// completion can never hit a new operation.
+    pub(crate) fn zc_completion(&self, what: ZcDone) -> (Rc<uct::Completion>, Rc<ZcSlot>) {
+        let free = {
+            let mut comps = self.zc_comps.borrow_mut();
+            comps.pop().filter(|z| Rc::strong_count(&z.comp) == 1)
+        };
+        let z = free.unwrap_or_else(|| self.new_zc_comp());
+        z.comp.set_count(1);
+        z.slot.what.set(Some(what));
+        (z.comp, z.slot)
+    }
+
+    #[cold]
+    fn new_zc_comp(&self) -> ZcComp {
+        let slot = Rc::new(ZcSlot { what: Cell::new(None), keep: RefCell::new(None) });
+        let (core, s) = (self.weak.clone(), slot.clone());
+        let comp = uct::Completion::new_cyclic(1, move |me| {
+            move |st| {
+                let done = s.what.take();
+                let kept = s.keep.borrow_mut().take();
+                let Some(core) = core.upgrade() else { return };
+                if let Some(what) = done {
+                    core.with_engine(|e| e.zc_done(what, st));
+                }
+                drop(kept);
+                if let Some(comp) = me.upgrade() {
+                    let mut comps = core.zc_comps.borrow_mut();
+                    if comps.len() < ZC_COMPS_KEPT {
+                        comps.push(ZcComp { comp, slot: s.clone() });
+                    }
+                }
+            }
+        });
+        ZcComp { comp, slot }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, ContextParams, Features};
+
+    fn core() -> Rc<Core> {
+        uct_shm::register();
+        let ctx = Context::new(&ContextParams::new(Features::TAG).with_config("TLS", "self")).unwrap();
+        Core::new(&ctx, "zc").unwrap()
+    }
+
+    #[test]
+    fn a_completion_is_reused_only_once_nobody_holds_it() {
+        let core = core();
+        let what = ZcDone::EagerFrag { rid: ucs::idtable::Id::from_raw(0) };
+        let (a, _) = core.zc_completion(what);
+        // Fired while a transport (here: `a`) still holds it: back on the free list, but not
+        // handed out again while held.
+        a.complete(Status::Ok);
+        let (b, _) = core.zc_completion(what);
+        assert!(!Rc::ptr_eq(&a, &b));
+        // Fired and let go of: the next operation gets it, re-armed.
+        b.complete(Status::IoError);
+        let b_ptr = Rc::as_ptr(&b);
+        drop(b);
+        let (c, _) = core.zc_completion(what);
+        assert_eq!(Rc::as_ptr(&c), b_ptr);
+        assert_eq!((c.count(), c.status()), (1, Status::Ok));
+        // One that never fired (the operation was refused) is simply freed.
+        drop(c);
+        let (d, _) = core.zc_completion(what);
+        assert_eq!(d.count(), 1);
+        drop(a);
+    }
+}

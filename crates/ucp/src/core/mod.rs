@@ -1,0 +1,357 @@
+//! The driver (UCX's `src/ucp/core`: worker, endpoint lanes, requests' I/O): it owns the
+//! interfaces and every endpoint's transport endpoints, and runs the [`Engine`]'s work -
+//! progressing the transports, making transmissions, running completions, building and
+//! connecting lanes, checking peers. All protocol decisions are the engine's.
+//!
+//! Re-entrancy: a loop-back transport delivers inside the send call, and callbacks may send.
+//! The engine is borrowed only for the length of one of its calls: never across a uct call,
+//! a progress call or a user callback.
+//!
+//! Files: `iface` (opening the interfaces, AM handlers), `lanes` (an endpoint's transport
+//! endpoints), `exec` (a transmission's uct calls, zero-copy completions), `send` (the
+//! direct paths of the tag API and the other calls the API makes), `wakeup` (the event
+//! descriptor).
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use ucs::idtable::{Id, IdTable};
+use ucs::UcsResult;
+use uct::ProgressFlags;
+
+use crate::address::WorkerAddress;
+use crate::context::Context;
+use crate::engine::{Action, Engine, EpState, Flow, Lane, Local};
+use crate::mem::MemMap;
+use crate::wireup::AcceptReq;
+
+pub(crate) mod exec;
+pub(crate) mod iface;
+pub(crate) mod lanes;
+mod send;
+pub(crate) mod wakeup;
+
+pub(crate) use iface::WorkerIface;
+use lanes::EpLanes;
+
+/// Idle interfaces are polled once per this many progress calls.
+const IDLE_POLL_EVERY: u32 = 32;
+
+/// The engine as the driver has it: its handle on an endpoint is the endpoint's lanes.
+pub(crate) type CoreEngine = Engine<Rc<EpLanes>>;
+
+/// A worker id unique across processes on this machine and, with high probability, beyond.
+pub(crate) fn new_uuid() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = ucs::time::now();
+    let mut x = (std::process::id() as u64) << 32 ^ t ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(48);
+    // splitmix64 finaliser: spreads the bits.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The driver of one worker.
+pub(crate) struct Core {
+    pub ctx: Context,
+    pub uct: uct::Worker,
+    pub ifaces: Vec<WorkerIface>,
+    /// Interfaces progressed on every call: those an endpoint uses or a peer sent to.
+    /// The others are polled every `IDLE_POLL_EVERY` calls, so a first message still arrives.
+    active: Box<[Cell<bool>]>,
+    idle_polls: Cell<u32>,
+    pub address: WorkerAddress,
+    pub packed: Vec<u8>,
+    pub weak: Weak<Core>,
+    /// The protocol engine.
+    pub engine: RefCell<CoreEngine>,
+    /// Registrations made by `Worker::mem_map`.
+    pub mems: RefCell<IdTable<MemMap>>,
+    /// Completions of zero-copy operations that fired and nobody holds: reused by the next
+    /// ones (see [`Core::zc_completion`]).
+    zc_comps: RefCell<Vec<exec::ZcComp>>,
+    /// The retry list, taken out of the engine while progress works through it.
+    retry: RefCell<Vec<Id>>,
+}
+
+impl Core {
+    /// Opens an interface on every resource of `ctx` and builds the address and the engine.
+    pub fn new(ctx: &Context, name: &str) -> UcsResult<Rc<Core>> {
+        let uuid = new_uuid();
+        let cfg = ctx.config();
+        let keepalive_ns = cfg.keepalive_interval.as_nanos().min(u64::MAX as u128) as u64;
+        let local = Local { uuid, packed: Rc::from(&[][..]) };
+        let engine = Engine::new(local, keepalive_ns, cfg.keepalive_num_eps, ucs::time::now())?;
+        let mut result = Ok(());
+        let core = Rc::new_cyclic(|weak: &Weak<Core>| {
+            let uct = uct::Worker::default();
+            let ifaces = iface::open_all(ctx, &uct, weak).unwrap_or_else(|e| {
+                result = Err(e);
+                Vec::new()
+            });
+            let address = WorkerAddress {
+                uuid,
+                name: name.chars().take(64).collect(),
+                ifaces: ifaces.iter().map(iface::record_of).collect(),
+            };
+            let packed = address.pack().unwrap_or_else(|e| {
+                result = result.and(Err(e));
+                Vec::new()
+            });
+            let mut engine = engine;
+            engine.local.packed = Rc::from(&packed[..]);
+            Core {
+                ctx: ctx.clone(),
+                uct,
+                active: ifaces.iter().map(|_| Cell::new(false)).collect(),
+                idle_polls: Cell::new(0),
+                ifaces,
+                address,
+                packed,
+                weak: weak.clone(),
+                engine: RefCell::new(engine),
+                mems: RefCell::new(IdTable::new()),
+                zc_comps: RefCell::new(Vec::new()),
+                retry: RefCell::new(Vec::new()),
+            }
+        });
+        result.map(|()| core)
+    }
+
+    /// Runs `f` on the engine, then the work it left.
+    #[inline(always)]
+    pub fn with_engine<T>(&self, f: impl FnOnce(&mut CoreEngine) -> T) -> T {
+        let (r, more) = {
+            let mut e = self.engine.borrow_mut();
+            let r = f(&mut e);
+            (r, e.has_actions())
+        };
+        if more {
+            self.drain();
+        }
+        r
+    }
+
+    /// Runs the engine's work until none is left.
+    #[inline(never)]
+    pub fn drain(&self) {
+        loop {
+            let a = self.engine.borrow_mut().pop_action();
+            let Some(a) = a else { break };
+            self.run(a);
+        }
+    }
+
+    /// Runs one piece of the engine's work.
+    fn run(&self, a: Action<Rc<EpLanes>>) {
+        match a {
+            Action::Done(d) => d.run(),
+            Action::Transmit(id) => {
+                self.flush(id);
+            }
+            Action::Accept(req) => self.accept(*req),
+            Action::ConnectP2p { ep, addrs } => {
+                let found = {
+                    let e = self.engine.borrow();
+                    e.eps.get(ep).map(|s| (s.io.clone(), s.remote.clone()))
+                };
+                if let Some((io, remote)) = found {
+                    let r = self.connect_p2p(&io, &remote, &addrs);
+                    self.with_engine(|e| e.p2p_connected(ep, r));
+                }
+            }
+            Action::Release { io, parked } => {
+                if parked {
+                    io.unpark();
+                }
+                drop(io);
+            }
+            Action::Unpark(io) => io.unpark(),
+            Action::CheckPeer(id) => {
+                let io = self.engine.borrow().eps.get(id).map(|s| s.io.clone());
+                if let Some(io) = io {
+                    if let Some(status) = io.uct_eps.iter().find_map(|l| l.ep.check(None).err()) {
+                        self.on_ep_error(id, status);
+                    }
+                }
+            }
+            Action::Drop(ext) => drop(ext),
+        }
+    }
+
+    /// Makes the transmissions endpoint `id` has; parks it when a lane refuses. The number
+    /// made.
+    pub fn flush(&self, id: Id) -> usize {
+        let mut n = 0;
+        loop {
+            let tx = self.engine.borrow_mut().next_tx(id);
+            let Some(tx) = tx else { return n };
+            let res = self.exec(&tx);
+            let io = tx.io.clone();
+            let flow = self.with_engine(|e| e.tx_done(id, tx, res));
+            match flow {
+                Flow::Continue => n += 1,
+                Flow::Blocked(lane) => {
+                    self.park(id, &io, lane);
+                    return n;
+                }
+            }
+        }
+    }
+
+    /// Parks endpoint `id` on `lane` after a refusal: its wake goes into the lane's pending
+    /// queue, unless it is replaying from that wake already (which stays queued) or the lane
+    /// has resources by now (then progress retries it).
+    fn park(&self, id: Id, io: &EpLanes, lane: Lane) {
+        if self.engine.borrow().waking(id) {
+            return;
+        }
+        if io.park(lane, &self.weak) {
+            self.engine.borrow_mut().parked(id);
+        }
+    }
+
+    /// The lane a parked endpoint waits on has resources again: replays its queue. True when
+    /// the endpoint stays parked.
+    pub fn unpark(&self, id: Id) -> bool {
+        if !self.engine.borrow_mut().wake_begin(id) {
+            return false;
+        }
+        self.flush(id);
+        self.with_engine(|e| e.wake_end(id))
+    }
+
+    /// A transport reported a failed endpoint.
+    pub fn on_ep_error(&self, id: Id, status: ucs::Status) {
+        self.with_engine(|e| e.on_ep_error(id, status));
+    }
+
+    /// A peer's request names no endpoint here: builds one for it.
+    fn accept(&self, req: AcceptReq) {
+        let id = self.engine.borrow().eps.next_id();
+        match self.build_lanes(&req.remote, id) {
+            Ok(b) => {
+                let st = EpState::new(Rc::new(b.lanes), req.remote.clone(), req.conn_sn, b.cfg, b.selection, b.p2p_addrs);
+                self.with_engine(|e| {
+                    let got = e.accept(req, st);
+                    debug_assert_eq!(got, id, "the endpoint took another id than its lanes were given");
+                });
+            }
+            Err(e) => tracing::warn!("wireup: cannot create an endpoint for a peer's request: {e}"),
+        }
+    }
+
+    /// Progresses the interfaces, then retries refused transmissions and flushes closes.
+    #[inline]
+    pub fn progress(&self) -> usize {
+        let mut n = self.uct.progress();
+        let k = self.idle_polls.get().wrapping_add(1);
+        self.idle_polls.set(k);
+        if k % IDLE_POLL_EVERY == 0 {
+            n += self.poll_idle();
+            self.timers();
+        }
+        if self.engine.borrow().needs_progress() {
+            n += self.progress_queues();
+        }
+        n
+    }
+
+    /// Progresses the interfaces not (yet) active.
+    #[cold]
+    fn poll_idle(&self) -> usize {
+        let mut n = 0;
+        for (i, wi) in self.ifaces.iter().enumerate() {
+            if !self.active[i].get() {
+                n += wi.iface.progress();
+            }
+        }
+        n
+    }
+
+    /// Gives the engine the time, when it waits for some.
+    #[cold]
+    fn timers(&self) {
+        let due = self.engine.borrow().keepalive.next_timeout();
+        if let Some(due) = due {
+            let now = ucs::time::now();
+            if now >= due {
+                self.with_engine(|e| e.on_timer(now));
+            }
+        }
+    }
+
+    /// Makes the next progress call run a keepalive round (the wakeup timer fired).
+    pub fn keepalive_now(&self) {
+        self.engine.borrow_mut().keepalive.force();
+        self.idle_polls.set(IDLE_POLL_EVERY - 1);
+    }
+
+    /// Retries the endpoints whose lanes refused, and flushes closing endpoints.
+    #[inline(never)]
+    fn progress_queues(&self) -> usize {
+        let mut n = 0;
+        let mut list = std::mem::take(&mut *self.retry.borrow_mut());
+        self.engine.borrow_mut().take_retry(&mut list);
+        for &id in &list {
+            n += self.flush(id);
+        }
+        *self.retry.borrow_mut() = list;
+        let closing = std::mem::take(&mut self.engine.borrow_mut().closing);
+        for rid in closing {
+            let polled = self.with_engine(|e| e.close_poll(rid));
+            match polled {
+                None => n += 1,
+                Some((ep, Some(io))) if flushed(&io) => {
+                    self.with_engine(|e| e.close_flushed(ep, rid));
+                    n += 1;
+                }
+                Some(_) => self.engine.borrow_mut().closing.push(rid),
+            }
+        }
+        n
+    }
+
+    /// Makes interface `i` progress on every call.
+    #[inline]
+    pub fn activate(&self, i: usize) {
+        if let Some(a) = self.active.get(i) {
+            if !a.get() {
+                a.set(true);
+                self.ifaces[i].iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
+            }
+        }
+    }
+
+    /// An active message other than eager arrived.
+    pub fn on_am(&self, id: u8, m: uct::AmRecv<'_>) {
+        let d = self.with_engine(|e| e.on_am(id, m));
+        if let Some(d) = d {
+            d.run();
+        }
+    }
+
+    /// An eager message arrived: the 8-byte receive path.
+    #[inline(always)]
+    pub fn on_eager(&self, m: uct::AmRecv<'_>) {
+        let (d, more) = {
+            let mut e = self.engine.borrow_mut();
+            let d = e.on_eager(m);
+            (d, e.has_actions())
+        };
+        if let Some(d) = d {
+            d.run();
+        }
+        if more {
+            self.drain();
+        }
+    }
+}
+
+/// Whether every transport endpoint of `io` flushed (a failed one counts as flushed).
+fn flushed(io: &EpLanes) -> bool {
+    io.uct_eps
+        .iter()
+        .all(|l| matches!(l.ep.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_)))
+}

@@ -1,0 +1,277 @@
+//! Datatypes (`ucp_datatype_t`): the user memory an operation reads or writes.
+//!
+//! The raw API takes user memory the caller promises to keep valid until the operation
+//! completes, as UCX's C API does. That promise is made once, at the API boundary, by the
+//! `unsafe` constructors of [`UserBuf`]; from then on the protocols copy in and out through
+//! safe, bounds-checked methods and never touch a raw pointer themselves.
+//!
+//! Two layouts today: contiguous, and an iov list (`ucp_dt_iov_t`) read in place. Generic
+//! datatypes (pack/unpack callbacks) come with their own issue.
+
+use ucs::{Status, UcsResult};
+
+/// One buffer of an iov datatype (`ucp_dt_iov_t`).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct IoVec {
+    /// Start.
+    pub buffer: *mut u8,
+    /// Length in bytes.
+    pub length: usize,
+}
+
+/// A contiguous piece of user memory; laid out as [`IoVec`], so a caller's iov list is read in
+/// place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct Seg {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<Seg>() == std::mem::size_of::<IoVec>());
+    assert!(std::mem::align_of::<Seg>() == std::mem::align_of::<IoVec>());
+    assert!(std::mem::offset_of!(Seg, ptr) == std::mem::offset_of!(IoVec, buffer));
+    assert!(std::mem::offset_of!(Seg, len) == std::mem::offset_of!(IoVec, length));
+};
+
+impl Seg {
+    /// The piece `[offset, offset + n)` of this segment, if it lies within it.
+    #[inline]
+    pub fn sub(self, offset: usize, n: usize) -> Option<Seg> {
+        let end = offset.checked_add(n)?;
+        (end <= self.len).then(|| Seg { ptr: self.ptr.wrapping_add(offset), len: n })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    Contig(Seg),
+    /// The caller's iov list of two or more pieces, read in place: as for `ucp_dt_iov_t` in
+    /// UCX, the caller keeps the list valid and unchanged until the operation completes.
+    /// Nothing is copied or allocated, whatever the list's length.
+    Iov { list: *const Seg, n: usize, total: usize },
+}
+
+/// User memory of one operation: valid for the accesses the operation makes until it
+/// completes (the promise of its `unsafe` constructor). Copies of it are handles on the same
+/// memory; the protocols use them only while the operation is in progress.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UserBuf {
+    layout: Layout,
+}
+
+impl UserBuf {
+    /// A contiguous buffer of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// Until the operation it is given to completes, the `len` bytes at `ptr` must stay valid
+    /// for reads (a send) or for writes without other access (a receive).
+    #[inline(always)]
+    pub unsafe fn contig(ptr: *mut u8, len: usize) -> UserBuf {
+        UserBuf { layout: Layout::Contig(Seg { ptr, len }) }
+    }
+
+    /// A buffer over the caller's iov list; `InvalidParam` for a null piece with a length or
+    /// lengths that overflow. A list of one piece is a contiguous buffer.
+    ///
+    /// # Safety
+    /// As [`UserBuf::contig`] for every piece, and the list itself must stay valid and
+    /// unchanged until the operation completes (it is read in place).
+    pub unsafe fn iov(list: &[IoVec]) -> UcsResult<UserBuf> {
+        let mut total = 0usize;
+        for x in list {
+            if x.buffer.is_null() && x.length != 0 {
+                tracing::error!("iov entry with a null buffer and length {}", x.length);
+                return Err(Status::InvalidParam);
+            }
+            total = total.checked_add(x.length).ok_or_else(|| {
+                tracing::error!("iov lengths overflow");
+                Status::InvalidParam
+            })?;
+        }
+        Ok(match list {
+            // SAFETY: forwarded from the caller.
+            [x] => unsafe { UserBuf::contig(x.buffer, x.length) },
+            _ => UserBuf { layout: Layout::Iov { list: list.as_ptr().cast::<Seg>(), n: list.len(), total } },
+        })
+    }
+
+    /// The pieces.
+    #[inline]
+    fn segs(&self) -> &[Seg] {
+        match &self.layout {
+            Layout::Contig(s) => std::slice::from_ref(s),
+            // SAFETY: the caller's list, valid while the operation lasts (`UserBuf::iov`), of
+            // `IoVec`s, which have `Seg`'s layout (asserted above).
+            Layout::Iov { list, n, .. } => unsafe { std::slice::from_raw_parts(*list, *n) },
+        }
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        match self.layout {
+            Layout::Contig(s) => s.len,
+            Layout::Iov { total, .. } => total,
+        }
+    }
+
+    /// The one segment of a contiguous buffer.
+    #[inline(always)]
+    pub fn contig_seg(&self) -> Option<Seg> {
+        match self.layout {
+            Layout::Contig(s) => Some(s),
+            Layout::Iov { .. } => None,
+        }
+    }
+
+    /// The bytes of a contiguous buffer (a send's data, for `am_short`).
+    #[inline(always)]
+    pub fn contig_bytes(&self) -> Option<&[u8]> {
+        let s = self.contig_seg()?;
+        if s.len == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: readable for `len` bytes while the operation lasts (the constructor's
+        // contract); the slice lives no longer than this handle's borrow.
+        Some(unsafe { std::slice::from_raw_parts(s.ptr, s.len) })
+    }
+
+    /// Calls `f(segment_pointer, position, n)` for the pieces of `[offset, offset + len)`:
+    /// `n` bytes at `segment_pointer` are bytes `position..position + n` of that range.
+    #[inline]
+    fn pieces(&self, offset: usize, len: usize, mut f: impl FnMut(*mut u8, usize, usize)) {
+        let mut skip = offset;
+        let mut done = 0;
+        for s in self.segs() {
+            if done == len {
+                break;
+            }
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let n = (s.len - skip).min(len - done);
+            // `skip + n <= s.len`: the pointer stays within the segment.
+            f(s.ptr.wrapping_add(skip), done, n);
+            done += n;
+            skip = 0;
+        }
+    }
+
+    /// Whether `[offset, offset + n)` lies within the buffer.
+    #[inline(always)]
+    fn holds(&self, offset: usize, n: usize) -> bool {
+        offset <= self.len() && n <= self.len() - offset
+    }
+
+    /// Copies bytes `offset..offset + dst.len()` of the buffer into `dst`; `MessageTruncated`
+    /// (nothing copied) when the range is not within the buffer.
+    #[inline]
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> UcsResult<()> {
+        if !self.holds(offset, dst.len()) {
+            return Err(Status::MessageTruncated);
+        }
+        let d = dst.as_mut_ptr();
+        self.pieces(offset, dst.len(), |p, at, n| {
+            // SAFETY: the segment is readable (the constructor's contract) and `pieces` keeps
+            // `n` bytes within it; `at + n <= dst.len()`.
+            unsafe { ucs::memory::copy(p, d.add(at), n) }
+        });
+        Ok(())
+    }
+
+    /// Copies `src` into the buffer at `offset`; `MessageTruncated` (nothing copied) when it
+    /// does not fit.
+    #[inline(always)]
+    pub fn copy_in(&self, offset: usize, src: &[u8]) -> UcsResult<()> {
+        if let Layout::Contig(s) = self.layout {
+            if offset <= s.len && src.len() <= s.len - offset {
+                // SAFETY: writable without other access (the constructor's contract), and
+                // `offset + src.len() <= s.len` (checked).
+                unsafe { ucs::memory::copy(src.as_ptr(), s.ptr.add(offset), src.len()) };
+                return Ok(());
+            }
+            return Err(Status::MessageTruncated);
+        }
+        self.copy_in_pieces(offset, src)
+    }
+
+    /// [`UserBuf::copy_in`] for an iov list, out of line so that the contiguous case stays
+    /// small enough to inline into the receive paths.
+    #[inline(never)]
+    fn copy_in_pieces(&self, offset: usize, src: &[u8]) -> UcsResult<()> {
+        if !self.holds(offset, src.len()) {
+            return Err(Status::MessageTruncated);
+        }
+        self.pieces(offset, src.len(), |p, at, n| {
+            // SAFETY: as in `copy_out`, with the roles swapped.
+            unsafe { ucs::memory::copy(src.as_ptr().add(at), p, n) }
+        });
+        Ok(())
+    }
+
+    /// The address of a contiguous buffer (what a rendezvous exposes), or 0.
+    pub fn addr(&self) -> u64 {
+        self.contig_seg().map_or(0, |s| s.ptr as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iov_buffers_read_the_callers_list_in_place() {
+        let mut bytes = [0u8; 64];
+        let p = bytes.as_mut_ptr();
+        // Longer than any fixed-size copy would hold: still read in place, nothing allocated.
+        let list: Vec<IoVec> = (0..20).map(|i| IoVec { buffer: p.wrapping_add(i * 3), length: 2 }).collect();
+        // SAFETY: `list` and `bytes` outlive `buf`, unchanged.
+        let buf = unsafe { UserBuf::iov(&list) }.unwrap();
+        assert!(std::ptr::eq(buf.segs().as_ptr().cast::<IoVec>(), list.as_ptr()));
+        assert_eq!((buf.len(), buf.contig_seg().is_none()), (40, true));
+        let data: Vec<u8> = (1..=40).collect();
+        buf.copy_in(0, &data).unwrap();
+        assert_eq!(&bytes[..6], &[1, 2, 0, 3, 4, 0]);
+        assert_eq!(&bytes[57..60], &[39, 40, 0]);
+    }
+
+    #[test]
+    fn iov_copies_span_segments() {
+        let mut a = [0u8; 3];
+        let mut b = [0u8; 0];
+        let mut c = [0u8; 5];
+        let list: Vec<IoVec> = [a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr()]
+            .into_iter()
+            .zip([3, 0, 5])
+            .map(|(buffer, length)| IoVec { buffer, length })
+            .collect();
+        // SAFETY: `list` and the arrays outlive `buf`, unchanged.
+        let buf = unsafe { UserBuf::iov(&list) }.unwrap();
+        assert_eq!(buf.len(), 8);
+        buf.copy_in(0, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+        buf.copy_in(2, &[9, 9]).unwrap();
+        let mut out = [0u8; 5];
+        buf.copy_out(1, &mut out).unwrap();
+        assert_eq!(out, [2, 9, 9, 5, 6]);
+        assert_eq!((a, c), ([1, 2, 9], [9, 5, 6, 7, 8]));
+    }
+
+    #[test]
+    fn copies_outside_the_buffer_are_refused() {
+        let mut a = [0u8; 4];
+        // SAFETY: `a` outlives `buf`.
+        let buf = unsafe { UserBuf::contig(a.as_mut_ptr(), a.len()) };
+        assert_eq!(buf.copy_in(3, &[1, 2]), Err(Status::MessageTruncated));
+        assert_eq!(buf.copy_in(usize::MAX, &[1]), Err(Status::MessageTruncated));
+        assert_eq!(buf.copy_out(1, &mut [0; 4]), Err(Status::MessageTruncated));
+        assert_eq!(buf.copy_in(2, &[7, 8]), Ok(()));
+        let list = [IoVec { buffer: std::ptr::null_mut(), length: 1 }, IoVec { buffer: a.as_mut_ptr(), length: 1 }];
+        // SAFETY: refused before any use.
+        assert_eq!(unsafe { UserBuf::iov(&list) }.unwrap_err(), Status::InvalidParam);
+        assert_eq!(a, [0, 0, 7, 8]);
+    }
+}

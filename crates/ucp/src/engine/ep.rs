@@ -1,0 +1,510 @@
+//! Endpoints' protocol state: status, switch points, the queues of what waits to go out, and
+//! how a transmission is pulled, reported, refused, parked and retried; failure and close.
+//!
+//! Queues: wireup messages have their own ([`EpState::wireup_q`]), served first and in any
+//! state but failed or closed; everything else waits in [`EpState::queue`], in order, served
+//! once the endpoint is connected. The front operation stays at the front until it needs
+//! nothing more from the queue (all its pieces went), so operations never overtake each other.
+//!
+//! When a lane refuses a transmission the endpoint stops; the driver parks it on that lane
+//! (its wake waits in the transport's pending queue, [`Park::Parked`]) or, if the lane has
+//! resources again by then, lists it for progress to retry ([`Engine::retry`]). While parked,
+//! new operations queue behind; when the wake fires ([`Park::Waking`]) the queue replays, and
+//! the endpoint stays parked if something is left.
+
+use std::collections::VecDeque;
+
+use ucs::idtable::Id;
+use ucs::Status;
+
+use super::{Action, Engine, Flow, Lane, Pending, Tx, TxOf, TxOp, TxResult, TxStatus};
+use crate::address::WorkerAddress;
+use crate::lanes::Lanes;
+use crate::proto::ctrl::Ctrl;
+use crate::proto::eager::{self, Next};
+use crate::proto::{rndv, EpConfig};
+use crate::request::ReqKind;
+use crate::tag::FragTarget;
+
+/// Endpoint status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EpStatus {
+    /// Wireup in progress.
+    Connecting,
+    /// Both sides know each other's endpoint id, and every lane is connected.
+    Connected,
+    /// A transport failed, or the peer is gone.
+    Failed(Status),
+    /// Closed by the user.
+    Closed,
+}
+
+/// Whether an endpoint waits for a lane's wake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Park {
+    /// No.
+    No,
+    /// Its wake sits in a lane's pending queue; nothing retries its queue meanwhile.
+    Parked,
+    /// The wake fired and the queue replays.
+    Waking,
+}
+
+/// Where wireup of an endpoint stands (while [`EpStatus::Connecting`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WireupStage {
+    /// Request sent (or to be sent); no reply yet.
+    Requested,
+    /// Connecting the endpoint-to-endpoint lanes to the peer's; then send `then`.
+    ConnectingLanes { then: u8 },
+    /// Reply sent; the requester's acknowledgement says its lanes are connected too.
+    Replied,
+}
+
+/// One endpoint's protocol state.
+pub(crate) struct EpState<L> {
+    /// The driver's lanes.
+    pub io: L,
+    /// The remote worker.
+    pub remote: WorkerAddress,
+    /// Connection number (matches endpoints created towards each other).
+    pub conn_sn: u32,
+    /// The remote endpoint's id (learned in wireup; 0 before).
+    pub remote_id: u64,
+    pub status: EpStatus,
+    pub stage: WireupStage,
+    /// Protocol switch points.
+    pub cfg: EpConfig,
+    /// The lanes chosen (for query and diagnostics).
+    pub lanes: Lanes,
+    /// Some lane connects endpoint to endpoint (wireup exchanges addresses and acknowledges).
+    pub p2p: bool,
+    /// The encoded addresses of those lanes, sent in wireup (empty: none).
+    pub p2p_addrs: Vec<u8>,
+    /// Operations waiting to go out, in order.
+    pub queue: VecDeque<Pending>,
+    /// Wireup messages waiting for the wireup lane.
+    pub wireup_q: VecDeque<Ctrl>,
+    /// On the engine's retry list.
+    pub listed: bool,
+    /// A [`Action::Transmit`] for it waits for the driver.
+    pub kicked: bool,
+    pub park: Park,
+    /// A transmission is with the driver (pulled, not reported yet).
+    pub busy: bool,
+}
+
+impl<L> EpState<L> {
+    /// An endpoint being wired up to `remote`, with lanes `io`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(io: L, remote: WorkerAddress, conn_sn: u32, cfg: EpConfig, lanes: Lanes, p2p_addrs: Vec<u8>) -> Self {
+        EpState {
+            io,
+            remote,
+            conn_sn,
+            remote_id: 0,
+            status: EpStatus::Connecting,
+            stage: WireupStage::Requested,
+            cfg,
+            lanes,
+            p2p: !p2p_addrs.is_empty(),
+            p2p_addrs,
+            queue: VecDeque::new(),
+            wireup_q: VecDeque::new(),
+            listed: false,
+            kicked: false,
+            park: Park::No,
+            busy: false,
+        }
+    }
+
+    /// Ready for a direct send: connected, nothing queued, parked or in transmission.
+    #[inline(always)]
+    pub fn ready(&self) -> bool {
+        self.status == EpStatus::Connected && self.queue.is_empty() && !self.busy && self.park == Park::No
+    }
+
+    /// The endpoint's error, if it failed or was closed.
+    #[inline]
+    pub fn error(&self) -> Option<Status> {
+        match self.status {
+            EpStatus::Failed(s) => Some(s),
+            EpStatus::Closed => Some(Status::Canceled),
+            _ => None,
+        }
+    }
+
+    /// Whether the driver may pull a transmission now.
+    fn can_transmit(&self) -> bool {
+        !self.busy
+            && self.error().is_none()
+            && (!self.wireup_q.is_empty()
+                || (self.status == EpStatus::Connected && self.park == Park::No && !self.queue.is_empty()))
+    }
+}
+
+/// What happened to the front operation of a queue after a transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// More of it to send.
+    More,
+    /// It needs nothing more from the queue.
+    Finished,
+    /// The lane refused; it stays at the front.
+    Blocked,
+}
+
+impl<L: Clone> Engine<L> {
+    /// Inserts an endpoint the driver built; its id.
+    pub fn insert_ep(&mut self, st: EpState<L>) -> Id {
+        self.eps.insert(st)
+    }
+
+    /// Queues `p` on endpoint `id`, and asks the driver to transmit if the endpoint can now.
+    pub fn enqueue(&mut self, id: Id, p: Pending) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        ep.queue.push_back(p);
+        self.kick(id);
+    }
+
+    /// Queues `p` on endpoint `id` after its lane refused a direct attempt: listed for progress
+    /// to retry (until the driver parks the endpoint), not transmitted now.
+    pub fn enqueue_blocked(&mut self, id: Id, p: Pending) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        ep.queue.push_back(p);
+        if ep.park == Park::No && !ep.listed {
+            ep.listed = true;
+            self.retry.push(id);
+        }
+    }
+
+    /// Queues a wireup message on endpoint `id` (not on a failed or closed one).
+    pub fn enqueue_wireup(&mut self, id: Id, c: Ctrl) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if ep.error().is_some() {
+            return;
+        }
+        ep.wireup_q.push_back(c);
+        self.kick(id);
+    }
+
+    /// Sends a control message on endpoint `id` (after what it queued).
+    pub fn send_ctrl(&mut self, id: Id, c: Ctrl) {
+        self.enqueue(id, Pending::Ctrl(c));
+    }
+
+    /// Asks the driver to transmit on `id` if it can now and was not asked already.
+    pub(crate) fn kick(&mut self, id: Id) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if !ep.kicked && ep.can_transmit() {
+            ep.kicked = true;
+            self.push(Action::Transmit(id));
+        }
+    }
+
+    /// The next transmission of endpoint `id`, or `None` when it has nothing to send now (or
+    /// one of its transmissions is with the driver already).
+    pub fn next_tx(&mut self, id: Id) -> Option<Tx<L>> {
+        let Engine { eps, reqs, actions, .. } = self;
+        let ep = eps.get_mut(id)?;
+        ep.kicked = false;
+        if ep.busy {
+            return None;
+        }
+        if ep.error().is_some() {
+            ep.wireup_q.clear();
+            ep.queue.clear();
+            return None;
+        }
+        if let Some(c) = ep.wireup_q.pop_front() {
+            ep.busy = true;
+            return Some(Tx { io: ep.io.clone(), lane: Lane::Wireup, op: TxOp::Ctrl(c), of: TxOf::Wireup });
+        }
+        if ep.status != EpStatus::Connected || ep.park == Park::Parked {
+            return None;
+        }
+        loop {
+            let (next, rid) = match ep.queue.front()? {
+                Pending::Ctrl(_) => match ep.queue.pop_front() {
+                    Some(Pending::Ctrl(c)) => (Next::Tx(Lane::Am, TxOp::Ctrl(c), TxOf::Ctrl), None),
+                    _ => (Next::Nothing, None),
+                },
+                &Pending::Send(rid) => (eager::send_next(reqs, ep, rid), Some(rid)),
+                &Pending::Rtr(rid) => (rndv::rtr_next(reqs, ep, rid), Some(rid)),
+                &Pending::Get(rid) => (rndv::get_next(reqs, ep, id, rid), Some(rid)),
+                &Pending::Put(rid) => (rndv::put_next(reqs, ep, id, rid), Some(rid)),
+            };
+            match next {
+                Next::Tx(lane, op, of) => {
+                    ep.busy = true;
+                    return Some(Tx { io: ep.io.clone(), lane, op, of });
+                }
+                // Nothing to send for the front operation (finished, or waiting for the peer).
+                Next::Nothing => {
+                    ep.queue.pop_front();
+                }
+                Next::Fail(status) => {
+                    ep.queue.pop_front();
+                    if let Some(d) = rid.and_then(|rid| reqs.finish(rid, status)) {
+                        actions.push_back(Action::Done(d));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The driver made transmission `tx` of endpoint `id` (or the lane refused it).
+    pub fn tx_done(&mut self, id: Id, tx: Tx<L>, res: TxResult) -> Flow {
+        let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
+        ep.busy = false;
+        let step = match tx.of {
+            TxOf::Wireup | TxOf::Ctrl => {
+                let TxOp::Ctrl(c) = tx.op else { return Flow::Continue };
+                match res.status {
+                    TxStatus::NoResource => {
+                        if ep.error().is_none() {
+                            if tx.of == TxOf::Wireup {
+                                ep.wireup_q.push_front(c);
+                            } else {
+                                ep.queue.push_front(Pending::Ctrl(c));
+                            }
+                        }
+                        Step::Blocked
+                    }
+                    TxStatus::Failed(e) => {
+                        tracing::warn!("ucp: sending {} to '{}' failed: {e}", c.name(), ep.remote.name);
+                        Step::Finished
+                    }
+                    TxStatus::Done | TxStatus::Started => Step::Finished,
+                }
+            }
+            TxOf::Req { rid, offset, len } => {
+                let front = match ep.queue.front() {
+                    Some(&Pending::Send(r)) if r == rid => Pending::Send(r),
+                    Some(&Pending::Rtr(r)) if r == rid => Pending::Rtr(r),
+                    Some(&Pending::Get(r)) if r == rid => Pending::Get(r),
+                    Some(&Pending::Put(r)) if r == rid => Pending::Put(r),
+                    // The queue changed during the transmission (the endpoint failed): the
+                    // operation was settled then; a zero-copy one completes through its token.
+                    _ => return Flow::Continue,
+                };
+                let step = match front {
+                    Pending::Send(_) => self.send_done(rid, offset, len, &tx.op, res),
+                    Pending::Rtr(_) => self.rtr_done(rid, res),
+                    Pending::Get(_) => self.get_done(id, rid, res),
+                    Pending::Put(_) => self.put_done(id, rid, res),
+                    Pending::Ctrl(_) => Step::Finished,
+                };
+                if step == Step::Finished {
+                    if let Some(ep) = self.eps.get_mut(id) {
+                        ep.queue.pop_front();
+                    }
+                }
+                step
+            }
+        };
+        match step {
+            Step::Blocked => self.blocked(id, tx.lane),
+            _ => Flow::Continue,
+        }
+    }
+
+    /// A lane refused: the endpoint is listed for progress to retry until the driver parks it.
+    fn blocked(&mut self, id: Id, lane: Lane) -> Flow {
+        let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
+        if ep.park == Park::No && !ep.listed {
+            ep.listed = true;
+            self.retry.push(id);
+        }
+        Flow::Blocked(lane)
+    }
+
+    /// The driver parked endpoint `id`: its wake waits in a lane's pending queue.
+    pub fn parked(&mut self, id: Id) {
+        if let Some(ep) = self.eps.get_mut(id) {
+            if ep.park == Park::No {
+                ep.park = Park::Parked;
+                self.counts.parked += 1;
+            }
+        }
+    }
+
+    /// Whether endpoint `id` is replaying from its wake (then a refused transmission leaves
+    /// the wake queued instead of parking again).
+    pub fn waking(&self, id: Id) -> bool {
+        self.eps.get(id).is_some_and(|e| e.park == Park::Waking)
+    }
+
+    /// The wake of endpoint `id` fired: true when it should replay its queue now (it was
+    /// parked, and is connected).
+    pub fn wake_begin(&mut self, id: Id) -> bool {
+        match self.eps.get_mut(id) {
+            Some(ep) if ep.park == Park::Parked => {
+                ep.park = Park::Waking;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The replay of a wake is over: true when the endpoint stays parked (something is left;
+    /// the wake stays in the lane's queue, as UCX's pending callbacks do).
+    pub fn wake_end(&mut self, id: Id) -> bool {
+        let Some(ep) = self.eps.get_mut(id) else { return false };
+        if ep.park == Park::Waking && ep.status == EpStatus::Connected && !ep.queue.is_empty() {
+            ep.park = Park::Parked;
+            return true;
+        }
+        ep.park = Park::No;
+        self.kick(id);
+        false
+    }
+
+    /// Moves the retry list into `into` (emptied first), unlisting every endpoint: the driver
+    /// transmits on each, which lists again those whose lane still refuses.
+    pub fn take_retry(&mut self, into: &mut Vec<Id>) {
+        into.clear();
+        std::mem::swap(&mut self.retry, into);
+        for &id in into.iter() {
+            if let Some(ep) = self.eps.get_mut(id) {
+                ep.listed = false;
+            }
+        }
+    }
+
+    // ---- failure and close --------------------------------------------------------------------
+
+    /// A transport reported a failed endpoint (or keepalive found its peer dead): the endpoint
+    /// fails, and its requests with it.
+    pub fn on_ep_error(&mut self, id: Id, status: Status) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if matches!(ep.status, EpStatus::Failed(_) | EpStatus::Closed) {
+            return;
+        }
+        tracing::warn!("ucp endpoint to {} failed: {status}", ep.remote.name);
+        ep.status = EpStatus::Failed(status);
+        self.fail_ep_requests(id, status);
+    }
+
+    /// Completes every request of endpoint `id` with `status`: its sends, and the receives
+    /// that wait for more data from its peer (rendezvous after the match, and partly arrived
+    /// multi-fragment messages) - except those with a zero-copy operation in flight, which
+    /// the transport completes (with an error) first, since it may still access their memory.
+    /// Partly arrived unexpected messages from the peer are dropped.
+    pub fn fail_ep_requests(&mut self, id: Id, status: Status) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if ep.park != Park::No {
+            ep.park = Park::No;
+            let io = ep.io.clone();
+            self.push(Action::Unpark(io));
+        }
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        ep.queue.clear();
+        ep.wireup_q.clear();
+        let name = ep.remote.name.clone();
+        let mut mine: Vec<Id> = self
+            .reqs
+            .tab
+            .iter()
+            .filter(|(_, r)| {
+                r.status == Status::InProgress
+                    && match &r.kind {
+                        ReqKind::Send(s) => s.ep == id && !s.zc.as_ref().is_some_and(|z| z.busy()),
+                        ReqKind::Recv(rr) => rr.zc.as_ref().is_some_and(|z| {
+                            !z.busy() && z.rts.as_ref().is_some_and(|rts| rts.ep == id.raw())
+                        }),
+                        _ => false,
+                    }
+            })
+            .map(|(rid, _)| rid)
+            .collect();
+        for target in self.tag.take_frags_of(id.raw()) {
+            match target {
+                FragTarget::Req(rid) => mine.push(rid),
+                FragTarget::Unexp(h) => {
+                    tracing::warn!("ucp: dropping a partly arrived message from {name} ({status})");
+                    drop(self.tag.unexp.take(h));
+                }
+                FragTarget::Probed(pid) => {
+                    tracing::warn!("ucp: dropping a partly arrived probed message from {name} ({status})");
+                    drop(self.tag.probed.remove(pid));
+                }
+            }
+        }
+        for rid in mine {
+            self.finish(rid, status);
+        }
+    }
+
+    /// Starts closing endpoint `id` for close request `rid`. Force (or a failed endpoint):
+    /// every outstanding operation completes with `Canceled` and the endpoint goes now. Flush:
+    /// queued and outstanding operations finish, the transports flush (driven by progress,
+    /// [`Engine::close_poll`]), then the endpoint goes.
+    pub fn ep_close(&mut self, id: Id, force: bool, rid: Id) {
+        let Some(ep) = self.eps.get_mut(id) else {
+            self.finish(rid, Status::Ok);
+            return;
+        };
+        if force || ep.error().is_some() {
+            ep.status = EpStatus::Closed;
+            self.fail_ep_requests(id, Status::Canceled);
+            self.ep_destroy(id);
+            self.finish(rid, Status::Ok);
+        } else {
+            self.closing.push(rid);
+        }
+    }
+
+    /// Where the close request `rid` stands: `None` when it finished here (the endpoint went
+    /// or failed), else whether its endpoint is idle, with its lanes for the driver to flush.
+    pub fn close_poll(&mut self, rid: Id) -> Option<(Id, Option<L>)> {
+        let ep_id = match self.reqs.tab.get(rid) {
+            Some(crate::request::ReqState { kind: ReqKind::Close(c), .. }) => c.ep,
+            _ => return None,
+        };
+        let Some(ep) = self.eps.get(ep_id) else {
+            self.finish(rid, Status::Ok);
+            return None;
+        };
+        if ep.error().is_some() {
+            self.ep_destroy(ep_id);
+            self.finish(rid, Status::Ok);
+            return None;
+        }
+        let busy = !ep.queue.is_empty()
+            || !ep.wireup_q.is_empty()
+            || ep.status == EpStatus::Connecting
+            || self.reqs.tab.iter().any(|(_, r)| {
+                r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == ep_id)
+            });
+        Some((ep_id, (!busy).then(|| ep.io.clone())))
+    }
+
+    /// The transports of a closing endpoint flushed: it goes, and close request `rid`
+    /// completes.
+    pub fn close_flushed(&mut self, ep_id: Id, rid: Id) {
+        if let Some(ep) = self.eps.get_mut(ep_id) {
+            ep.status = EpStatus::Closed;
+        }
+        self.ep_destroy(ep_id);
+        self.finish(rid, Status::Ok);
+    }
+
+    /// Removes endpoint `id`; its lanes go to the driver to drop.
+    pub fn ep_destroy(&mut self, id: Id) {
+        self.conn.forget(id);
+        self.retry.retain(|e| *e != id);
+        if let Some(ep) = self.eps.remove(id) {
+            let parked = ep.park != Park::No;
+            self.push(Action::Release { io: ep.io, parked });
+        }
+    }
+
+    /// Every endpoint goes (the worker is dropped); their lanes go to the driver.
+    pub fn destroy_all(&mut self) {
+        let ids: Vec<Id> = self.eps.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            self.ep_destroy(id);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The protocol engine, sans IO: everything UCP decides, nothing it does to a transport.
+//!
+//! The engine owns the requests, the tag matcher and each endpoint's protocol state (status,
+//! switch points, the queue of what waits to go out, wireup). It takes events - a message
+//! arrived ([`Engine::on_am`]), a transmission went or was refused ([`Engine::tx_done`]), a
+//! zero-copy operation completed ([`Engine::zc_done`]), a transport reported a dead peer
+//! ([`Engine::on_ep_error`]), a timer fired ([`Engine::on_timer`], with an explicit `now`), the
+//! user posted an operation - and yields work for its driver: transmissions, pulled with
+//! [`Engine::next_tx`], and [`Action`]s (run a completion's callbacks, build or connect an
+//! endpoint's lanes, check a peer), taken with [`Engine::pop_action`]. It never calls a
+//! transport, a clock or a user callback, so it runs the same under the real driver
+//! ([`crate::core::Core`]) and in memory, two engines against each other on virtual time
+//! (`crate::sim`).
+//!
+//! `L` is the driver's handle on an endpoint's lanes: the engine stores it with the endpoint
+//! and hands it back with each transmission, and never looks inside.
+//!
+//! What lives where: endpoint state and queues in [`ep`], transmissions in [`tx`], keepalive
+//! in [`keepalive`]; the protocols in [`crate::proto`], [`crate::tag`] and [`crate::wireup`],
+//! each adding its event handlers to the engine.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ucs::idtable::{Id, IdTable};
+use ucs::{Status, UcsResult};
+
+use crate::request::complete::Done;
+use crate::request::{ReqExt, Reqs, ZcPool, ZC_POOL_CHUNK};
+use crate::tag::TagState;
+use crate::wireup::{AcceptReq, ConnMatch};
+
+mod am;
+pub(crate) mod ep;
+pub(crate) mod keepalive;
+pub(crate) mod tx;
+
+pub(crate) use ep::{EpState, EpStatus, Park};
+pub(crate) use tx::{Flow, Lane, Mem, Pending, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+
+/// Size of the buffers that keep unexpected messages which arrived inline in a transport's
+/// receive buffer (`am_short`): the longest `am_short` message of posix/sysv (120 bytes), rc
+/// and ud fits; a longer borrowed message (from `self`) is copied to the heap.
+const KEPT_MSG_SIZE: usize = 256;
+
+/// Work the engine leaves to its driver, in order.
+pub(crate) enum Action<L> {
+    /// Run a completion's callbacks, wake its future.
+    Done(Done),
+    /// The endpoint has transmissions to make: pull them with [`Engine::next_tx`].
+    Transmit(Id),
+    /// A peer's wireup request names no endpoint here: build one ([`Engine::accept`]).
+    Accept(Box<AcceptReq>),
+    /// Connect the endpoint-to-endpoint lanes of `ep` to the peer's encoded endpoint
+    /// addresses, then report with [`Engine::p2p_connected`].
+    ConnectP2p { ep: Id, addrs: Vec<u8> },
+    /// An endpoint went: drop its lanes (after taking its wake off its lane if `parked`).
+    Release { io: L, parked: bool },
+    /// A parked endpoint failed: take its wake off its lane.
+    Unpark(L),
+    /// Check that the peer of `ep` is alive; report a failure with [`Engine::on_ep_error`].
+    CheckPeer(Id),
+    /// Drop a request's extras (a callback box, a held buffer) outside the engine.
+    Drop(Box<ReqExt>),
+}
+
+impl<L> std::fmt::Debug for Action<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Done(d) => write!(f, "Done({d:?})"),
+            Action::Transmit(id) => write!(f, "Transmit({id:?})"),
+            Action::Accept(a) => write!(f, "Accept({})", a.remote.name),
+            Action::ConnectP2p { ep, .. } => write!(f, "ConnectP2p({ep:?})"),
+            Action::Release { parked, .. } => write!(f, "Release(parked: {parked})"),
+            Action::Unpark(_) => write!(f, "Unpark"),
+            Action::CheckPeer(id) => write!(f, "CheckPeer({id:?})"),
+            Action::Drop(_) => write!(f, "Drop"),
+        }
+    }
+}
+
+/// This worker, as wireup presents it.
+pub(crate) struct Local {
+    /// Its uuid.
+    pub uuid: u64,
+    /// Its packed address, sent in wireup requests.
+    pub packed: Rc<[u8]>,
+}
+
+/// The engine.
+pub(crate) struct Engine<L> {
+    /// Requests, with the queues of posted receives.
+    pub reqs: Reqs,
+    /// The rest of tag matching: unexpected messages, reassembly, probed messages.
+    pub tag: TagState,
+    /// Endpoints' protocol state.
+    pub eps: IdTable<EpState<L>>,
+    /// Endpoints created towards each other, matched by wireup.
+    pub conn: ConnMatch,
+    /// This worker.
+    pub local: Local,
+    /// Work for the driver.
+    pub(crate) actions: VecDeque<Action<L>>,
+    /// Endpoints whose queued transmissions progress retries (a lane refused, and the
+    /// endpoint could not park on it).
+    pub retry: Vec<Id>,
+    /// Close requests whose endpoints are being flushed.
+    pub closing: Vec<Id>,
+    /// How many messages each protocol carried.
+    pub counts: crate::ProtoCounts,
+    next_msg_id: u64,
+    /// Keepalive rounds.
+    pub keepalive: keepalive::Keepalive,
+    /// Zero-copy state of requests.
+    pub zc_pool: ZcPool,
+    /// Buffers for unexpected messages that arrived inline in a transport's receive buffer
+    /// and are too long for the descriptor itself: kept without allocating.
+    pub kept_msgs: Rc<ucs::mpool::MemPool>,
+}
+
+impl<L: Clone> Engine<L> {
+    /// An engine for the worker `local`, with keepalive rounds every `keepalive_ns` (0: none)
+    /// over up to `keepalive_eps` endpoints, starting at `now`.
+    pub fn new(local: Local, keepalive_ns: u64, keepalive_eps: usize, now: u64) -> UcsResult<Engine<L>> {
+        let zc_pool = ucs::mpool::ObjPool::new(ZC_POOL_CHUNK, usize::MAX)?;
+        let mut kp = ucs::mpool::MpoolParams::new(KEPT_MSG_SIZE);
+        kp.elems_per_chunk = 64;
+        kp.name = "ucp_kept_msgs";
+        let kept_msgs = Rc::new(ucs::mpool::MemPool::new(kp, Box::new(ucs::mpool::HeapChunkAlloc))?);
+        Ok(Engine {
+            reqs: Reqs::default(),
+            tag: TagState::default(),
+            eps: IdTable::new(),
+            conn: ConnMatch::default(),
+            next_msg_id: local.uuid.rotate_left(17),
+            local,
+            actions: VecDeque::new(),
+            retry: Vec::new(),
+            closing: Vec::new(),
+            counts: crate::ProtoCounts::default(),
+            keepalive: keepalive::Keepalive::new(keepalive_ns, keepalive_eps, now),
+            zc_pool,
+            kept_msgs,
+        })
+    }
+
+    /// The next piece of work for the driver.
+    #[inline]
+    pub fn pop_action(&mut self) -> Option<Action<L>> {
+        self.actions.pop_front()
+    }
+
+    /// Whether work waits for the driver.
+    #[inline(always)]
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// Adds work for the driver.
+    #[inline]
+    pub(crate) fn push(&mut self, a: Action<L>) {
+        self.actions.push_back(a);
+    }
+
+    /// Whether progress has queued work to retry or closes to flush.
+    #[inline(always)]
+    pub fn needs_progress(&self) -> bool {
+        !self.retry.is_empty() || !self.closing.is_empty()
+    }
+
+    /// Completes request `id` with `status`; its callbacks go to the driver.
+    #[inline]
+    pub fn finish(&mut self, id: Id, status: Status) {
+        if let Some(d) = self.reqs.finish(id, status) {
+            self.push(Action::Done(d));
+        }
+    }
+
+    /// A completion's callbacks, for the driver.
+    #[inline]
+    pub(crate) fn done(&mut self, d: Option<Done>) {
+        if let Some(d) = d {
+            self.push(Action::Done(d));
+        }
+    }
+
+    /// A fresh message id for multi-fragment sends.
+    pub fn msg_id(&mut self) -> u64 {
+        let v = self.next_msg_id;
+        self.next_msg_id = v.wrapping_add(1);
+        v
+    }
+
+    /// The user dropped request `id`'s handle: freed now if complete, else when it completes.
+    #[inline]
+    pub fn release(&mut self, id: Id) {
+        if let Some(ext) = self.reqs.release(id) {
+            self.push(Action::Drop(ext));
+        }
+    }
+
+    /// Cancels a posted receive that has not matched (`Canceled`).
+    pub fn cancel(&mut self, id: Id) {
+        if self.reqs.unpost(id) {
+            self.finish(id, Status::Canceled);
+        }
+    }
+
+    /// A send request named by a peer, if it is a live send; `what` is for the log.
+    pub fn sreq_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
+        self.req_from_wire(raw, what, "send", |k| matches!(k, crate::request::ReqKind::Send(_)))
+    }
+
+    /// A receive request named by a peer, if it is a live receive.
+    pub fn rreq_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
+        self.req_from_wire(raw, what, "receive", |k| matches!(k, crate::request::ReqKind::Recv(_)))
+    }
+
+    fn req_from_wire(&self, raw: u64, what: &str, kind: &str, is: fn(&crate::request::ReqKind) -> bool) -> Option<Id> {
+        let id = Id::from_raw(raw);
+        if self.reqs.tab.get(id).is_some_and(|r| is(&r.kind)) {
+            return Some(id);
+        }
+        tracing::warn!("{what}: no {kind} request {raw:#x}; dropped");
+        None
+    }
+
+    /// The endpoint named by a peer's header (its id as this worker gave it), or a warning.
+    pub fn ep_from_wire(&self, raw: u64, what: &str) -> Option<Id> {
+        let id = Id::from_raw(raw);
+        if self.eps.contains(id) {
+            return Some(id);
+        }
+        tracing::warn!("{what}: no endpoint with id {raw:#x}; message dropped");
+        None
+    }
+}

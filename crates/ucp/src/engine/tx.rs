@@ -1,0 +1,157 @@
+//! Transmissions: what the engine asks the driver to send, and what the driver reports back.
+//!
+//! The engine keeps, per endpoint, a queue of what waits to go out ([`Pending`]). The driver
+//! pulls one transmission at a time ([`Engine::next_tx`](super::Engine::next_tx)), makes it
+//! with the transport - without holding the engine, since a loop-back transport delivers inside
+//! the send call - and reports the outcome
+//! ([`Engine::tx_done`](super::Engine::tx_done)); the engine then advances the operation,
+//! gives a refused message back to the queue, or fails the operation.
+
+use ucs::idtable::Id;
+use ucs::Status;
+
+use crate::dt::{Seg, UserBuf};
+use crate::proto::ctrl::{Ctrl, DataHdr};
+use crate::proto::select::RtsOffer;
+use crate::tag::Tag;
+use crate::wire;
+
+/// Which lane of an endpoint a transmission uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Active messages: eager data, protocol control.
+    Am,
+    /// Wireup messages (the AM lane, unless that one connects endpoint to endpoint).
+    Wireup,
+    /// Rendezvous zero-copy operations.
+    Rndv,
+}
+
+/// A zero-copy operation's completion, reported with
+/// [`Engine::zc_done`](super::Engine::zc_done) when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ZcDone {
+    /// An eager zero-copy fragment of send `rid`.
+    EagerFrag { rid: Id },
+    /// The rendezvous get of receive `rid`; the ATS goes to `sreq` over `ep`.
+    Get { ep: Id, rid: Id, sreq: u64 },
+    /// The rendezvous put of send `sreq`; the ATP goes to `rreq` over `ep`.
+    Put { ep: Id, sreq: Id, rreq: u64 },
+}
+
+/// Memory a transmission exposes or uses zero-copy: a piece of a user buffer, the
+/// registration the operation already holds, and the operation's memory-handle hint.
+#[derive(Clone, Debug)]
+pub(crate) struct Mem {
+    pub seg: Seg,
+    pub memh: Option<uct::MemH>,
+    pub hint: Option<Id>,
+}
+
+/// What to send.
+#[derive(Debug)]
+pub(crate) enum TxOp {
+    /// `am_short(AM_EAGER_ONLY, tag, data)`.
+    Short { tag: Tag, data: UserBuf },
+    /// `am_bcopy`: the header, then `len` bytes of `data` from `offset`.
+    Bcopy { hdr: DataHdr, data: UserBuf, offset: usize, len: usize },
+    /// `am_bcopy` of a control message.
+    Ctrl(Ctrl),
+    /// The RTS of a rendezvous: register `mem` on the rendezvous lane as `offer` says (and
+    /// pack the key into the header), then `am_bcopy`.
+    Rts { hdr: wire::RtsHdr, offer: RtsOffer, mem: Option<Mem> },
+    /// The RTR of a rendezvous: register `mem` on the rendezvous lane and pack its key into the
+    /// header (the put scheme; without `mem`, fragments), then `am_bcopy`.
+    Rtr { hdr: wire::RtrHdr, mem: Option<Mem> },
+    /// `am_zcopy` of `mem` after the header; the completion reports `token`.
+    AmZcopy { hdr: DataHdr, mem: Mem, token: ZcDone },
+    /// `get_zcopy` into `mem` from `remote` with the packed key `rkey` (on the rendezvous lane).
+    Get { mem: Mem, remote: u64, rkey: uct::PackedKey, token: ZcDone },
+    /// `put_zcopy` from `mem` to `remote` with the packed key `rkey` (on the rendezvous lane).
+    Put { mem: Mem, remote: u64, rkey: uct::PackedKey, token: ZcDone },
+}
+
+/// What a transmission advances, so the engine can check it still applies when it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxOf {
+    /// A message of the wireup queue.
+    Wireup,
+    /// A control message of the data queue.
+    Ctrl,
+    /// The front operation of the data queue: request `rid`'s piece `[offset, offset + len)`.
+    Req { rid: Id, offset: usize, len: usize },
+}
+
+/// One transmission: the endpoint's lanes (the driver's), which lane, what to send, and what
+/// it advances.
+#[derive(Debug)]
+pub(crate) struct Tx<L> {
+    pub io: L,
+    pub lane: Lane,
+    pub op: TxOp,
+    pub of: TxOf,
+}
+
+/// How a transmission went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxStatus {
+    /// Sent (complete locally).
+    Done,
+    /// Started; its completion ([`ZcDone`]) fires later.
+    Started,
+    /// The lane had no resources: nothing was sent.
+    NoResource,
+    /// Failed.
+    Failed(Status),
+}
+
+/// The driver's report of a transmission.
+#[derive(Debug)]
+pub(crate) struct TxResult {
+    pub status: TxStatus,
+    /// A registration the driver made for the transmission (it belongs to the operation now).
+    pub memh: Option<uct::MemH>,
+    /// For an RTS or RTR: whether a key went with it.
+    pub keyed: bool,
+}
+
+impl TxResult {
+    /// A result without registration.
+    pub fn of(status: TxStatus) -> TxResult {
+        TxResult { status, memh: None, keyed: false }
+    }
+
+    /// The result of a uct operation.
+    pub fn from_uct<T>(r: ucs::UcsResult<ucs::Outcome<T>>) -> TxResult {
+        TxResult::of(match r {
+            Ok(ucs::Outcome::Done(_)) => TxStatus::Done,
+            Ok(ucs::Outcome::InProgress) => TxStatus::Started,
+            Ok(ucs::Outcome::NoResource) => TxStatus::NoResource,
+            Err(e) => TxStatus::Failed(e),
+        })
+    }
+}
+
+/// What the driver does after reporting a transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Ask for the next one.
+    Continue,
+    /// The lane refused: stop, and park the endpoint on `lane` until it has resources.
+    Blocked(Lane),
+}
+
+/// An operation waiting on an endpoint's queue.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// A send request to start or continue.
+    Send(Id),
+    /// A control message.
+    Ctrl(Ctrl),
+    /// The RTR of receive request `rid`.
+    Rtr(Id),
+    /// The rendezvous get of receive request `rid`.
+    Get(Id),
+    /// The rendezvous put of send request `sreq`.
+    Put(Id),
+}

@@ -1,0 +1,113 @@
+//! The messages the protocol machinery sends: data headers (eager and rendezvous fragments)
+//! and control messages (wireup, sync ack, ATS, ATP, RTR), each a typed header of
+//! [`crate::wire`].
+
+use std::rc::Rc;
+
+use crate::wire::{self, Header, WireError, WireupMsg};
+
+/// The header of a message that carries data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DataHdr {
+    Eager(wire::EagerHdr),
+    EagerSync(wire::EagerSyncHdr),
+    First(wire::EagerFirstHdr),
+    Middle(wire::EagerMiddleHdr),
+    RndvData(wire::RndvDataHdr),
+}
+
+impl DataHdr {
+    fn inner(&self) -> &dyn Header {
+        match self {
+            DataHdr::Eager(h) => h,
+            DataHdr::EagerSync(h) => h,
+            DataHdr::First(h) => h,
+            DataHdr::Middle(h) => h,
+            DataHdr::RndvData(h) => h,
+        }
+    }
+}
+
+impl Header for DataHdr {
+    #[inline]
+    fn am_id(&self) -> u8 {
+        self.inner().am_id()
+    }
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        self.inner().encoded_len()
+    }
+    #[inline]
+    fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        match self {
+            // The common one without the indirection.
+            DataHdr::Eager(h) => h.encode(buf),
+            h => h.inner().encode(buf),
+        }
+    }
+}
+
+/// A wireup message to send, owning what [`WireupMsg`] borrows.
+#[derive(Debug, Clone)]
+pub(crate) struct WireupOut {
+    pub kind: u8,
+    pub conn_sn: u32,
+    pub src_uuid: u64,
+    pub src_ep: u64,
+    pub dst_ep: u64,
+    /// The sender's packed worker address (requests).
+    pub with_address: Option<Rc<[u8]>>,
+    /// Encoded by `WireupMsg::encode_ep_addrs` (empty: none).
+    pub ep_addrs: Vec<u8>,
+}
+
+impl WireupOut {
+    /// The message as it goes on the wire.
+    pub fn msg(&self) -> WireupMsg<'_> {
+        WireupMsg {
+            kind: self.kind,
+            conn_sn: self.conn_sn,
+            src_uuid: self.src_uuid,
+            src_ep: self.src_ep,
+            dst_ep: self.dst_ep,
+            address: self.with_address.as_deref().unwrap_or(&[]),
+            ep_addrs: &self.ep_addrs,
+        }
+    }
+}
+
+/// A control message (no data), queued on its endpoint when the lane is full.
+#[derive(Debug, Clone)]
+pub(crate) enum Ctrl {
+    Wireup(WireupOut),
+    SyncAck(wire::SyncAck),
+    Ats(wire::Ats),
+    Atp(wire::Atp),
+}
+
+impl Ctrl {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        wire::am_name(self.am_id())
+    }
+
+    /// Its AM id.
+    pub fn am_id(&self) -> u8 {
+        match self {
+            Ctrl::Wireup(_) => wire::AM_WIREUP,
+            Ctrl::SyncAck(h) => h.am_id(),
+            Ctrl::Ats(h) => h.am_id(),
+            Ctrl::Atp(h) => h.am_id(),
+        }
+    }
+
+    /// Encodes the message into a transport buffer.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        match self {
+            Ctrl::Wireup(w) => w.msg().encode(buf),
+            Ctrl::SyncAck(h) => h.encode(buf),
+            Ctrl::Ats(h) => h.encode(buf),
+            Ctrl::Atp(h) => h.encode(buf),
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Eager protocols, send side: the whole message in one `am_short` or `am_bcopy`, several
+//! `am_bcopy` fragments (a first one with the total length, then middle ones), or `am_zcopy`
+//! from the user's registered buffer; a synchronous send completes when the receiver's
+//! acknowledgement came too. The receive side is the family's: tag matching decides where an
+//! eager message goes ([`crate::tag`]).
+//!
+//! A send request sits at the front of its endpoint's queue while its pieces go out:
+//! [`send_next`] describes the next piece for the driver, [`Engine::send_done`] advances the
+//! request by what the driver reports.
+
+use ucs::idtable::Id;
+use ucs::Status;
+
+use super::ctrl::DataHdr;
+use super::select::{rts_offer, Proto};
+use crate::engine::ep::Step;
+use crate::engine::{Engine, EpState, Lane, Mem, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendPhase};
+use crate::tag::Tag;
+use crate::wire::{self, len, Header};
+
+/// What the front operation of a queue has for the driver.
+pub(crate) enum Next {
+    /// A transmission.
+    Tx(Lane, TxOp, TxOf),
+    /// Nothing now (finished, or waiting for the peer).
+    Nothing,
+    /// It cannot go on: fail it with this status.
+    Fail(Status),
+}
+
+/// The header of a whole eager message: the tag, and for a synchronous send the endpoint and
+/// request the receiver acknowledges to.
+#[inline]
+pub(crate) fn whole_hdr(tag: Tag, sync: bool, rep: u64, sreq: u64) -> DataHdr {
+    if sync {
+        DataHdr::EagerSync(wire::EagerSyncHdr { tag, ep: rep, sreq })
+    } else {
+        DataHdr::Eager(wire::EagerHdr { tag })
+    }
+}
+
+/// Length of the header of a whole eager message.
+#[inline]
+pub(crate) fn whole_hdr_len(sync: bool) -> usize {
+    if sync {
+        len::EAGER_SYNC_ONLY
+    } else {
+        len::EAGER_ONLY
+    }
+}
+
+/// The header of the eager fragment at `offset` of a `total`-byte message: the first one
+/// carries the tag and the length (and a synchronous send's request), the others the offset.
+pub(crate) fn frag_hdr(tag: Tag, rep: u64, msg_id: u64, total: usize, offset: usize, sreq: Option<u64>) -> DataHdr {
+    if offset == 0 {
+        DataHdr::First(wire::EagerFirstHdr { tag, ep: rep, msg_id, total, sreq })
+    } else {
+        DataHdr::Middle(wire::EagerMiddleHdr { ep: rep, msg_id, offset })
+    }
+}
+
+/// The next piece of send `rid`, the front operation of endpoint `ep`'s queue.
+pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
+    let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.tab.get_mut(rid) else {
+        return Next::Nothing;
+    };
+    let total = s.buf.len();
+    let cfg = &ep.cfg;
+    let (rep, sreq) = (ep.remote_id, rid.raw());
+    let of = |offset, n| TxOf::Req { rid, offset, len: n };
+    let tx = |hdr: DataHdr, offset: usize, max: usize, data: &dyn Fn(DataHdr, usize) -> TxOp| {
+        let room = max.saturating_sub(hdr.encoded_len());
+        let n = (total - offset).min(room);
+        if n == 0 && total > offset {
+            tracing::error!("ucp send: the AM lane's message size {max} leaves no room for data");
+            return Next::Fail(Status::InvalidParam);
+        }
+        Next::Tx(Lane::Am, data(hdr, n), of(offset, n))
+    };
+    match s.phase {
+        SendPhase::Queued => match s.proto {
+            Proto::EagerShort => Next::Tx(Lane::Am, TxOp::Short { tag: s.tag, data: s.buf }, of(0, total)),
+            Proto::EagerBcopy => {
+                let hdr = whole_hdr(s.tag, s.sync, rep, sreq);
+                Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset: 0, len: total }, of(0, total))
+            }
+            Proto::Rndv => {
+                let seg = s.buf.contig_seg();
+                let offer = rts_offer(cfg, total, seg.is_some());
+                let mem = seg.filter(|_| offer.register).map(|seg| Mem {
+                    seg,
+                    memh: s.zc.as_ref().and_then(|z| z.memh.clone()),
+                    hint: s.hint,
+                });
+                // Set before the RTS goes: over a loop-back transport the answer arrives
+                // inside the send call.
+                s.phase = SendPhase::Rts { sent: false };
+                let hdr = wire::RtsHdr {
+                    tag: s.tag,
+                    ep: rep,
+                    sreq,
+                    size: total,
+                    addr: s.buf.addr(),
+                    contig: seg.is_some(),
+                    rkey: uct::PackedKey::new(),
+                };
+                Next::Tx(Lane::Am, TxOp::Rts { hdr, offer, mem }, of(0, total))
+            }
+            // They start in their own phases.
+            Proto::EagerMulti | Proto::EagerZcopy => Next::Fail(Status::InvalidParam),
+        },
+        SendPhase::Frags { offset, msg_id } => {
+            let hdr = frag_hdr(s.tag, rep, msg_id, total, offset, s.sync.then_some(sreq));
+            let data = s.buf;
+            tx(hdr, offset, cfg.bcopy_max, &|hdr, n| TxOp::Bcopy { hdr, data, offset, len: n })
+        }
+        SendPhase::Zcopy { offset, msg_id } => {
+            if offset >= total {
+                return Next::Nothing;
+            }
+            let Some(seg) = s.buf.contig_seg() else { return Next::Fail(Status::InvalidParam) };
+            let single = total + whole_hdr_len(s.sync) <= cfg.zcopy_max;
+            let hdr = if single {
+                whole_hdr(s.tag, s.sync, rep, sreq)
+            } else {
+                frag_hdr(s.tag, rep, msg_id, total, offset, s.sync.then_some(sreq))
+            };
+            let (memh, hint) = (s.zc.as_ref().and_then(|z| z.memh.clone()), s.hint);
+            let token = ZcDone::EagerFrag { rid };
+            tx(hdr, offset, cfg.zcopy_max, &|hdr, n| TxOp::AmZcopy {
+                hdr,
+                mem: Mem { seg: seg.sub(offset, n).unwrap_or(seg), memh: memh.clone(), hint },
+                token,
+            })
+        }
+        SendPhase::RndvFrags { rreq, offset } => {
+            if offset >= total {
+                return Next::Nothing;
+            }
+            let hdr = DataHdr::RndvData(wire::RndvDataHdr { rreq, offset });
+            let data = s.buf;
+            tx(hdr, offset, cfg.bcopy_max, &|hdr, n| TxOp::Bcopy { hdr, data, offset, len: n })
+        }
+        SendPhase::WaitAck | SendPhase::Rts { .. } | SendPhase::Put { .. } => Next::Nothing,
+    }
+}
+
+impl<L: Clone> Engine<L> {
+    /// The driver sent piece `[offset, offset + n)` of send `rid` (`op`), or could not.
+    pub(crate) fn send_done(&mut self, rid: Id, offset: usize, n: usize, op: &TxOp, res: TxResult) -> Step {
+        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid) else {
+            return Step::Finished;
+        };
+        if let Some(m) = res.memh {
+            zc_mut(&self.zc_pool, &mut s.zc).memh = Some(m);
+        }
+        let started = match res.status {
+            TxStatus::NoResource => {
+                if matches!(op, TxOp::Rts { .. }) && s.phase == (SendPhase::Rts { sent: false }) {
+                    s.phase = SendPhase::Queued;
+                }
+                return Step::Blocked;
+            }
+            TxStatus::Failed(e) => {
+                self.finish(rid, e);
+                return Step::Finished;
+            }
+            TxStatus::Done => false,
+            TxStatus::Started => true,
+        };
+        let (total, sync, first) = (s.buf.len(), s.sync, offset == 0);
+        let end = offset + n;
+        match (op, s.phase) {
+            (TxOp::Short { .. }, SendPhase::Queued) => {
+                self.counts.eager_short += 1;
+                self.sent_all(rid);
+                Step::Finished
+            }
+            (TxOp::Bcopy { .. }, SendPhase::Queued) => {
+                if sync {
+                    self.counts.eager_sync += 1;
+                } else {
+                    self.counts.eager_bcopy += 1;
+                }
+                self.sent_all(rid);
+                Step::Finished
+            }
+            (TxOp::Rts { .. }, phase) => {
+                // The answer may have come during the send, and moved the phase on.
+                if phase == (SendPhase::Rts { sent: false }) {
+                    s.phase = SendPhase::Rts { sent: true };
+                }
+                Step::Finished
+            }
+            (TxOp::Bcopy { .. }, SendPhase::Frags { msg_id, .. }) => {
+                if first {
+                    self.counts.eager_multi += 1;
+                    self.counts.eager_sync += sync as u64;
+                }
+                if end >= total {
+                    self.sent_all(rid);
+                    return Step::Finished;
+                }
+                s.phase = SendPhase::Frags { offset: end, msg_id };
+                Step::More
+            }
+            (TxOp::AmZcopy { .. }, SendPhase::Zcopy { msg_id, .. }) => {
+                let z = zc_mut(&self.zc_pool, &mut s.zc);
+                z.inflight += started as u32;
+                let idle = z.inflight == 0;
+                s.phase = SendPhase::Zcopy { offset: end, msg_id };
+                if first {
+                    self.counts.eager_zcopy += 1;
+                    self.counts.eager_sync += sync as u64;
+                }
+                if end < total {
+                    return Step::More;
+                }
+                if idle {
+                    self.zcopy_sent(rid);
+                }
+                Step::Finished
+            }
+            (TxOp::Bcopy { .. }, SendPhase::RndvFrags { rreq, .. }) => {
+                if end >= total {
+                    self.finish(rid, Status::Ok);
+                    return Step::Finished;
+                }
+                s.phase = SendPhase::RndvFrags { rreq, offset: end };
+                Step::More
+            }
+            _ => Step::Finished,
+        }
+    }
+
+    /// Every byte of an eager send went out: done, or wait for the acknowledgement of a
+    /// synchronous one (unless it came already, which a loop-back transport makes possible).
+    pub(crate) fn sent_all(&mut self, rid: Id) {
+        if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.tab.get_mut(rid) {
+            if s.sync && !s.acked {
+                s.phase = SendPhase::WaitAck;
+                return;
+            }
+        }
+        self.finish(rid, Status::Ok);
+    }
+
+    /// Every eager zero-copy fragment of send `rid` completed.
+    fn zcopy_sent(&mut self, rid: Id) {
+        let error = match self.reqs.tab.get(rid) {
+            Some(ReqState { kind: ReqKind::Send(s), .. }) => s.zc.as_ref().and_then(|z| z.error),
+            _ => return,
+        };
+        match error {
+            Some(e) => self.finish(rid, e),
+            None => self.sent_all(rid),
+        }
+    }
+
+    /// An eager zero-copy fragment of send `rid` completed with `status`.
+    pub(crate) fn eager_frag_done(&mut self, rid: Id, status: Status) {
+        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid) else {
+            return;
+        };
+        let total = s.buf.len();
+        let posted_all = matches!(s.phase, SendPhase::Zcopy { offset, .. } if offset >= total);
+        let z = zc_mut(&self.zc_pool, &mut s.zc);
+        z.inflight = z.inflight.saturating_sub(1);
+        if status.is_err() && z.error.is_none() {
+            z.error = Some(status);
+        }
+        if posted_all && z.inflight == 0 {
+            self.zcopy_sent(rid);
+        }
+    }
+
+    /// The receiver matched synchronous send `h.sreq`.
+    pub(crate) fn on_sync_ack(&mut self, h: wire::SyncAck) {
+        let Some(id) = self.sreq_from_wire(h.sreq, "sync ack") else { return };
+        let done = match self.reqs.tab.get_mut(id) {
+            Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync && !s.acked => {
+                s.acked = true;
+                s.phase == SendPhase::WaitAck
+            }
+            _ => false,
+        };
+        if done {
+            self.finish(id, Status::Ok);
+        }
+    }
+}

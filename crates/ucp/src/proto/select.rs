@@ -1,0 +1,246 @@
+//! Protocol selection: the one place that decides how an operation's data goes.
+//!
+//! [`select`] picks the protocol of a send from its kind (which decides the headers), its
+//! length and datatype, and the endpoint's switch points ([`EpConfig`]); every send path -
+//! the direct one of the driver, the queued one, a replay - goes through it. A rendezvous
+//! then needs two more choices, made here as well: what the sender offers in its RTS
+//! ([`rts_offer`]: a registration, a key to read it) and how the receiver takes the data
+//! ([`rndv_scheme`]: get, put, or active-message fragments).
+//!
+//! The memory-handle hint of an operation does not change the choice (as in UCX 1.13's
+//! protocols): it only spares the registration of a zero-copy protocol that was chosen.
+
+use super::EpConfig;
+use crate::config::RndvScheme;
+use crate::wire::len;
+
+/// The kind of operation, for protocol selection: it decides the headers of each protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    /// A tagged send (`ucp_tag_send_nbx`).
+    TagSend,
+    /// A synchronous tagged send (`ucp_tag_send_sync_nbx`).
+    TagSendSync,
+}
+
+impl OpKind {
+    /// Header of a whole message in one copied fragment.
+    #[inline(always)]
+    fn whole_hdr(self) -> usize {
+        match self {
+            OpKind::TagSend => len::EAGER_ONLY,
+            OpKind::TagSendSync => len::EAGER_SYNC_ONLY,
+        }
+    }
+
+    /// Whether the kind may go eager short: `am_short` carries an 8-byte header, the tag; a
+    /// synchronous send also needs its endpoint and request.
+    #[inline(always)]
+    fn short_ok(self) -> bool {
+        matches!(self, OpKind::TagSend)
+    }
+}
+
+/// An operation to choose a protocol for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    /// What it is.
+    pub kind: OpKind,
+    /// Bytes of data.
+    pub len: usize,
+    /// The data is one contiguous buffer (not an iov list).
+    pub contig: bool,
+}
+
+/// How an operation's data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Proto {
+    /// One `am_short`: the header and the data inline.
+    EagerShort,
+    /// One `am_bcopy` fragment: the header, then the data copied in.
+    EagerBcopy,
+    /// Several `am_bcopy` fragments: a first one with the total length, then middle ones.
+    EagerMulti,
+    /// `am_zcopy` from the user's registered buffer, in one fragment or several.
+    EagerZcopy,
+    /// Rendezvous: an RTS, then the data as the receiver chooses ([`rndv_scheme`]).
+    Rndv,
+}
+
+/// The protocol of a send of `op` on an endpoint configured as `cfg`:
+///
+/// * `len >= rndv_thresh`: rendezvous;
+/// * contiguous, short-capable kind and `len < short_lim`: eager short;
+/// * contiguous and `zcopy_thresh <= len` (non-empty): eager zero-copy;
+/// * otherwise eager bcopy, in one fragment when the header and the data fit the AM lane's
+///   bcopy size, else in several.
+#[inline(always)]
+pub(crate) fn select(cfg: &EpConfig, op: Op) -> Proto {
+    if op.len >= cfg.rndv_thresh {
+        return Proto::Rndv;
+    }
+    if op.contig {
+        if op.len < cfg.short_lim && op.kind.short_ok() {
+            return Proto::EagerShort;
+        }
+        if op.len >= cfg.zcopy_thresh && op.len > 0 {
+            return Proto::EagerZcopy;
+        }
+    }
+    if op.len.saturating_add(op.kind.whole_hdr()) <= cfg.bcopy_max {
+        Proto::EagerBcopy
+    } else {
+        Proto::EagerMulti
+    }
+}
+
+/// What the sender of a rendezvous offers in its RTS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RtsOffer {
+    /// Register the buffer on the rendezvous lane (the receiver may get from it, or the
+    /// sender put from it after an RTR).
+    pub register: bool,
+    /// Pack a key so the receiver can get.
+    pub key: bool,
+}
+
+/// What the sender of an `len`-byte rendezvous offers: a registration when its buffer is
+/// contiguous and one zero-copy operation of the rendezvous lane moves it under the scheme,
+/// and a key when that operation may be a get.
+pub(crate) fn rts_offer(cfg: &EpConfig, len: usize, contig: bool) -> RtsOffer {
+    let none = RtsOffer { register: false, key: false };
+    let Some(lane) = cfg.rndv else { return none };
+    if !contig || len == 0 || len > lane.max_zcopy {
+        return none;
+    }
+    let get = lane.get && matches!(cfg.scheme, RndvScheme::Auto | RndvScheme::GetZcopy);
+    let put = lane.put && matches!(cfg.scheme, RndvScheme::Auto | RndvScheme::PutZcopy);
+    RtsOffer { register: get || put, key: get }
+}
+
+/// How the receiver of a rendezvous takes the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RndvProto {
+    /// It reads the sender's buffer (RTS -> get -> ATS).
+    Get,
+    /// It asks the sender to write (RTS -> RTR with a key -> put -> ATP).
+    Put,
+    /// It asks for active-message fragments (RTS -> RTR without key -> data).
+    Am,
+}
+
+/// What the receiver of a `size`-byte rendezvous does, given the sender's offer (`rkey`: it
+/// sent a key; `sender_contig`: its buffer is contiguous) and whether its own buffer is
+/// contiguous.
+pub(crate) fn rndv_scheme(cfg: &EpConfig, size: usize, rkey: bool, sender_contig: bool, recv_contig: bool) -> RndvProto {
+    let Some(lane) = cfg.rndv.filter(|l| size <= l.max_zcopy) else { return RndvProto::Am };
+    if !recv_contig {
+        return RndvProto::Am;
+    }
+    if lane.get && rkey && matches!(cfg.scheme, RndvScheme::Auto | RndvScheme::GetZcopy) {
+        return RndvProto::Get;
+    }
+    if lane.put && sender_contig && matches!(cfg.scheme, RndvScheme::Auto | RndvScheme::PutZcopy) {
+        return RndvProto::Put;
+    }
+    RndvProto::Am
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::RndvCaps;
+    use OpKind::{TagSend as T, TagSendSync as S};
+    use Proto::*;
+
+    /// posix-like: short below 93 (100 - 8 + 1), bcopy 8 KiB, zero-copy from the next byte,
+    /// rendezvous from 64 KiB over a lane that gets and puts up to 1 MiB.
+    fn cfg() -> EpConfig {
+        EpConfig {
+            short_lim: 93,
+            bcopy_max: 8192,
+            rndv_thresh: 65536,
+            zcopy_thresh: 8192 - 8 + 1,
+            zcopy_max: 8192,
+            scheme: RndvScheme::Auto,
+            rndv: Some(RndvCaps { get: true, put: true, max_zcopy: 1 << 20 }),
+        }
+    }
+
+    #[test]
+    fn send_protocols_by_kind_size_and_datatype() {
+        let c = cfg();
+        #[rustfmt::skip]
+        let table: &[(OpKind, usize, bool, Proto)] = &[
+            // kind, length, contiguous, protocol
+            (T, 0, true, EagerShort),
+            (T, 8, true, EagerShort),
+            (T, 92, true, EagerShort),
+            (T, 93, true, EagerBcopy),
+            (T, 8184, true, EagerBcopy),           // 8 + 8184 = one full fragment
+            (T, 8185, true, EagerZcopy),           // from zcopy_thresh, contiguous
+            (T, 8185, false, EagerMulti),          // an iov list is copied
+            (T, 8, false, EagerBcopy),             // no short from an iov list
+            (T, 65535, true, EagerZcopy),
+            (T, 65536, true, Rndv),
+            (T, 65536, false, Rndv),
+            (S, 0, true, EagerBcopy),              // sync: never short
+            (S, 8, true, EagerBcopy),
+            (S, 8168, true, EagerBcopy),           // 24 + 8168 = one full fragment
+            (S, 8169, false, EagerMulti),
+            (S, 8185, true, EagerZcopy),
+            (S, 1 << 20, true, Rndv),
+        ];
+        for &(kind, len, contig, want) in table {
+            assert_eq!(select(&c, Op { kind, len, contig }), want, "{kind:?} {len} contig={contig}");
+        }
+    }
+
+    #[test]
+    fn forced_thresholds_and_missing_lanes() {
+        // UCX_ZCOPY_THRESH=0: short still wins for what fits it; empty messages are not zero-copy.
+        let c = EpConfig { zcopy_thresh: 0, ..cfg() };
+        assert_eq!(select(&c, Op { kind: T, len: 8, contig: true }), EagerShort);
+        assert_eq!(select(&c, Op { kind: S, len: 0, contig: true }), EagerBcopy);
+        assert_eq!(select(&c, Op { kind: T, len: 100, contig: true }), EagerZcopy);
+        // No am_short and no am_zcopy on the lane, no rendezvous lane (`self`-like, huge bcopy).
+        let c = EpConfig { short_lim: 0, zcopy_thresh: usize::MAX, rndv_thresh: usize::MAX, rndv: None, ..cfg() };
+        assert_eq!(select(&c, Op { kind: T, len: 0, contig: true }), EagerBcopy);
+        assert_eq!(select(&c, Op { kind: T, len: usize::MAX - 1, contig: true }), EagerMulti);
+        // UCX_RNDV_THRESH=0: everything is rendezvous.
+        let c = EpConfig { rndv_thresh: 0, ..cfg() };
+        assert_eq!(select(&c, Op { kind: T, len: 0, contig: true }), Rndv);
+    }
+
+    #[test]
+    fn rendezvous_offers_and_schemes() {
+        let on = |get, put, max_zcopy| Some(RndvCaps { get, put, max_zcopy });
+        let reg_key = RtsOffer { register: true, key: true };
+        let reg = RtsOffer { register: true, key: false };
+        let none = RtsOffer { register: false, key: false };
+        use RndvProto::{Am, Get, Put};
+        use RndvScheme as Sc;
+        #[rustfmt::skip]
+        let table: &[(Sc, Option<RndvCaps>, usize, bool, RtsOffer, bool, bool, RndvProto)] = &[
+            // scheme, lane, size, sender contiguous, offer, key sent, receiver contiguous, receiver's choice
+            (Sc::Auto, on(true, true, 1 << 20), 65536, true, reg_key, true, true, Get),
+            (Sc::Auto, on(true, true, 1 << 20), 65536, true, reg_key, true, false, Am),   // iov receive
+            (Sc::Auto, on(true, true, 1 << 20), 65536, false, none, false, true, Am),     // iov send: no put either
+            (Sc::Auto, on(false, true, 1 << 20), 65536, true, reg, false, true, Put),
+            (Sc::Auto, on(true, true, 1000), 65536, true, none, false, true, Am),         // over the lane's limit
+            (Sc::Auto, None, 65536, true, none, false, true, Am),
+            (Sc::GetZcopy, on(true, true, 1 << 20), 65536, true, reg_key, true, true, Get),
+            (Sc::GetZcopy, on(false, true, 1 << 20), 65536, true, none, false, true, Am),
+            (Sc::PutZcopy, on(true, true, 1 << 20), 65536, true, reg, false, true, Put),
+            (Sc::Am, on(true, true, 1 << 20), 65536, true, none, false, true, Am),
+            (Sc::Auto, on(true, true, 1 << 20), 0, true, none, false, true, Get),        // empty: nothing to register
+        ];
+        for &(scheme, rndv, size, s_contig, offer, key, r_contig, want) in table {
+            let c = EpConfig { scheme, rndv, ..cfg() };
+            assert_eq!(rts_offer(&c, size, s_contig), offer, "{scheme:?} {rndv:?} {size}");
+            if size > 0 {
+                assert_eq!(rndv_scheme(&c, size, key, s_contig, r_contig), want, "{scheme:?} {rndv:?} {size}");
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! How requests complete: under the engine, a request is marked complete (and freed when the
+//! user let go of it); what calls out to the user - callbacks, a future's waker, dropping a
+//! buffer the worker held for a future - is returned as a [`Done`] and run by the driver once
+//! the engine is released, since a callback may call the worker again.
+
+use std::task::Waker;
+
+use ucs::idtable::{Id, Occupied};
+use ucs::Status;
+
+use super::{Callback, CallbackFn, RecvInfo, ReqExt, ReqKind, ReqState, Reqs};
+use crate::tag::Tag;
+
+/// What a completion leaves to do outside the engine.
+pub(crate) enum Done {
+    /// The plain callback of a request freed already (the common case).
+    Call(CallbackFn, usize, Status, RecvInfo),
+    /// Callbacks, a waker and a held buffer.
+    Full(CompletedFull),
+}
+
+impl std::fmt::Debug for Done {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Done::Call(_, _, s, _) => write!(f, "Done::Call({s})"),
+            Done::Full(c) => write!(f, "Done::Full({})", c.status),
+        }
+    }
+}
+
+impl Done {
+    /// Runs the callbacks, wakes the future, drops a held buffer.
+    #[inline(always)]
+    pub fn run(self) {
+        match self {
+            Done::Call(f, data, status, info) => f(status, info, data),
+            Done::Full(c) => c.run(),
+        }
+    }
+}
+
+/// What remains of completing a request that had more than a plain callback.
+pub(crate) struct CompletedFull {
+    status: Status,
+    info: RecvInfo,
+    cb_fn: Option<(CallbackFn, usize)>,
+    callback: Option<Callback>,
+    waker: Option<Waker>,
+    owned: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl CompletedFull {
+    #[inline(never)]
+    fn run(self) {
+        let CompletedFull { status, info, cb_fn, callback, waker, owned } = self;
+        drop(owned);
+        if let Some(cb) = callback {
+            cb(status, info);
+        }
+        if let Some((f, data)) = cb_fn {
+            f(status, info, data);
+        }
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A request completed at creation (`NO_IMM_CMPL` on an operation that completed at once):
+/// its callbacks run, and it stays for the caller to read.
+pub(crate) fn completed_at_once(
+    callback: Option<Callback>,
+    cb_fn: Option<(CallbackFn, usize)>,
+    status: Status,
+    info: RecvInfo,
+) -> Done {
+    Done::Full(CompletedFull { status, info, cb_fn, callback, waker: None, owned: None })
+}
+
+impl Reqs {
+    /// Completes request `id` with `status` (once; later calls and unknown ids are ignored).
+    #[inline]
+    pub fn finish(&mut self, id: Id, status: Status) -> Option<Done> {
+        self.complete_with(id, |_| Some(status))
+    }
+
+    /// [`Self::finish`] with the status from `fill`, which sees the request first (to deliver
+    /// data into it) under the same lookup; `fill` returning `None` leaves the request as it
+    /// was. The protocol state (registrations, keys) is dropped with the request.
+    #[inline(always)]
+    pub fn complete_with(&mut self, id: Id, fill: impl FnOnce(&mut ReqState) -> Option<Status>) -> Option<Done> {
+        let mut entry = self.tab.occupied(id)?;
+        let r = entry.get_mut();
+        if r.status != Status::InProgress {
+            return None;
+        }
+        let status = fill(r)?;
+        match Self::complete_fast(entry, status) {
+            Ok(done) => done,
+            Err(()) => self.complete_full(id, status),
+        }
+    }
+
+    /// Takes the earliest receive posted for `tag` off the expected queues and delivers the
+    /// whole message `payload` into it. `None`: no receive waits for `tag` (nothing changed).
+    #[inline(always)]
+    pub fn deliver_expected(&mut self, tag: Tag, payload: &[u8]) -> Option<Option<Done>> {
+        let i = self.exp.take(&mut self.tab, tag)?;
+        let Some(mut entry) = self.tab.occupied_at(i) else { return Some(None) };
+        let r = entry.get_mut();
+        if r.status != Status::InProgress {
+            return Some(None);
+        }
+        let Some(status) = fill_whole(r, tag, payload) else { return Some(None) };
+        let id = entry.id();
+        Some(match Self::complete_fast(entry, status) {
+            Ok(done) => done,
+            Err(()) => self.complete_full(id, status),
+        })
+    }
+
+    /// Takes the earliest receive posted for `tag` off the expected queues; its id.
+    #[inline]
+    pub fn take_expected(&mut self, tag: Tag) -> Option<Id> {
+        let i = self.exp.take(&mut self.tab, tag)?;
+        self.tab.occupied_at(i).map(|mut e| e.id())
+    }
+
+    /// The completion of a request the user let go of with at most a plain callback (the
+    /// common case): frees it. `Err` when it needs [`Reqs::complete_full`] (a handle, a
+    /// waker, a callback box or a held buffer, or a receive still posted).
+    #[inline(always)]
+    fn complete_fast(mut entry: Occupied<'_, ReqState>, status: Status) -> Result<Option<Done>, ()> {
+        let r = entry.get_mut();
+        if !(r.released && r.ext.is_none()) || r.exp.is_posted() {
+            return Err(());
+        }
+        let (info, cb_fn) = (r.info, r.cb_fn);
+        if r.owns_nothing() {
+            entry.discard_owning_nothing();
+        } else {
+            entry.discard();
+        }
+        Ok(cb_fn.map(|(f, data)| Done::Call(f, data, status, info)))
+    }
+}
+
+/// Copies a whole message into the receive `r` (nothing past its buffer); the status.
+#[inline(always)]
+pub(crate) fn fill_whole(r: &mut ReqState, tag: Tag, payload: &[u8]) -> Option<Status> {
+    let ReqKind::Recv(rr) = &mut r.kind else { return None };
+    let status = match rr.buf.copy_in(0, payload) {
+        Ok(()) => Status::Ok,
+        Err(e) => e,
+    };
+    r.info = RecvInfo { length: payload.len(), sender_tag: tag };
+    Some(status)
+}
+
+impl Reqs {
+    /// A completion of a request still held, or with a callback, waker or owned buffer: marks
+    /// it complete with `status` and frees it if the user released it; the callbacks, waker
+    /// and a user's buffer are returned.
+    #[inline(never)]
+    pub fn complete_full(&mut self, id: Id, status: Status) -> Option<Done> {
+        // A receive completed while still posted (not by a match or a cancel, which take it
+        // off first) leaves the queues now, before its slot can be freed.
+        self.unpost(id);
+        let r = self.tab.get_mut(id)?;
+        r.status = status;
+        let info = r.info;
+        let cb_fn = r.cb_fn.take();
+        let (callback, waker, owned) = if r.released {
+            let taken = r.take_ext();
+            self.tab.discard(id);
+            taken
+        } else {
+            r.kind = ReqKind::Done;
+            // An owned buffer stays for the future to take back.
+            match &mut r.ext {
+                Some(e) => (e.callback.take(), e.waker.take(), None),
+                None => (None, None, None),
+            }
+        };
+        if cb_fn.is_none() && callback.is_none() && waker.is_none() && owned.is_none() {
+            return None;
+        }
+        Some(Done::Full(CompletedFull { status, info, cb_fn, callback, waker, owned }))
+    }
+
+    /// Status and receive info of a request (`NoElem` for an unknown one).
+    #[inline]
+    pub fn status(&self, id: Id) -> (Status, RecvInfo) {
+        match self.tab.get(id) {
+            Some(r) => (r.status, r.info),
+            None => (Status::NoElem, RecvInfo::default()),
+        }
+    }
+
+    /// The user dropped the handle: free now if complete, else when it completes. Returns what
+    /// must be dropped outside the engine (a callback or buffer may run user code in `drop`).
+    #[inline]
+    pub fn release(&mut self, id: Id) -> Option<Box<ReqExt>> {
+        let r = self.tab.get_mut(id)?;
+        if r.status == Status::InProgress {
+            r.released = true;
+            if let Some(e) = &mut r.ext {
+                e.waker = None;
+            }
+            return None;
+        }
+        let ext = r.ext.take();
+        self.tab.discard(id);
+        ext
+    }
+}
