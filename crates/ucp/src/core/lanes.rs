@@ -179,7 +179,8 @@ impl Core {
             uct_eps.push(UctLane { pair, ep, p2p, connected: Cell::new(!p2p) });
             Ok(uct_eps.len() - 1)
         };
-        let built = (|| -> UcsResult<(usize, usize, Option<(RndvLane, RndvCaps)>)> {
+        type Indices = (usize, usize, Option<(RndvLane, RndvCaps)>);
+        let built = (|| -> UcsResult<Indices> {
             let am_idx = ep_for(am)?;
             let wireup_idx = ep_for(wireup)?;
             let rndv = match selection.rndv.first() {

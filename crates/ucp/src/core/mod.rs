@@ -147,6 +147,7 @@ impl Core {
     fn run(&self, a: Action<Rc<EpLanes>>) {
         match a {
             Action::Done(d) => d.run(),
+            Action::Full(c) => c.run(),
             Action::Transmit(id) => {
                 self.flush(id);
             }
@@ -232,7 +233,8 @@ impl Core {
         let id = self.engine.borrow().eps.next_id();
         match self.build_lanes(&req.remote, id) {
             Ok(b) => {
-                let st = EpState::new(Rc::new(b.lanes), req.remote.clone(), req.conn_sn, b.cfg, b.selection, b.p2p_addrs);
+                let st =
+                    EpState::new(Rc::new(b.lanes), req.remote.clone(), req.conn_sn, b.cfg, b.selection, b.p2p_addrs);
                 self.with_engine(|e| {
                     let got = e.accept(req, st);
                     debug_assert_eq!(got, id, "the endpoint took another id than its lanes were given");
@@ -351,7 +353,5 @@ impl Core {
 
 /// Whether every transport endpoint of `io` flushed (a failed one counts as flushed).
 fn flushed(io: &EpLanes) -> bool {
-    io.uct_eps
-        .iter()
-        .all(|l| matches!(l.ep.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_)))
+    io.uct_eps.iter().all(|l| matches!(l.ep.flush(uct::FlushFlags::LOCAL, None), Ok(ucs::Outcome::Done(_)) | Err(_)))
 }

@@ -58,12 +58,20 @@ impl Core {
     /// protocol selection sends whole in one eager short or bcopy message, and a caller who
     /// lets it complete at once. Everything else gets a request from the engine.
     #[inline(always)]
-    pub fn tag_send(&self, ep_id: Id, buf: UserBuf, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<Option<Id>> {
+    pub fn tag_send(
+        &self,
+        ep_id: Id,
+        buf: UserBuf,
+        tag: Tag,
+        sync: bool,
+        param: RequestParam,
+    ) -> UcsResult<Option<Id>> {
         let (io, proto) = {
             let mut guard = self.engine.borrow_mut();
             let e = &mut *guard;
             let Some(ep) = e.eps.get(ep_id) else { return no_endpoint(ep_id) };
-            let proto = select(&ep.cfg, Op { kind: tag_kind(sync), len: buf.len(), contig: buf.contig_seg().is_some() });
+            let proto =
+                select(&ep.cfg, Op { kind: tag_kind(sync), len: buf.len(), contig: buf.contig_seg().is_some() });
             let direct_ok = matches!(proto, Proto::EagerShort | Proto::EagerBcopy)
                 && !sync
                 && ep.ready()
@@ -213,7 +221,12 @@ impl Core {
     /// Starts closing endpoint `id`; the close request.
     pub fn ep_close(&self, id: Id, force: bool) -> Id {
         self.with_engine(|e| {
-            let rid = e.reqs.tab.insert(ReqState::new(ReqKind::Close(crate::request::CloseReq { ep: id }), None, None, false));
+            let rid = e.reqs.tab.insert(ReqState::new(
+                ReqKind::Close(crate::request::CloseReq { ep: id }),
+                None,
+                None,
+                false,
+            ));
             e.ep_close(id, force, rid);
             rid
         })

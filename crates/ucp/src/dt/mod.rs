@@ -51,7 +51,10 @@ enum Layout {
     /// The caller's iov list of two or more pieces, read in place: as for `ucp_dt_iov_t` in
     /// UCX, the caller keeps the list valid and unchanged until the operation completes.
     /// Nothing is copied or allocated, whatever the list's length.
-    Iov { list: *const Seg, n: usize, total: usize },
+    Iov {
+        list: *const Seg,
+        n: usize,
+    },
 }
 
 /// User memory of one operation: valid for the accesses the operation makes until it
@@ -94,7 +97,7 @@ impl UserBuf {
         Ok(match list {
             // SAFETY: forwarded from the caller.
             [x] => unsafe { UserBuf::contig(x.buffer, x.length) },
-            _ => UserBuf { layout: Layout::Iov { list: list.as_ptr().cast::<Seg>(), n: list.len(), total } },
+            _ => UserBuf { layout: Layout::Iov { list: list.as_ptr().cast::<Seg>(), n: list.len() } },
         })
     }
 
@@ -105,16 +108,17 @@ impl UserBuf {
             Layout::Contig(s) => std::slice::from_ref(s),
             // SAFETY: the caller's list, valid while the operation lasts (`UserBuf::iov`), of
             // `IoVec`s, which have `Seg`'s layout (asserted above).
-            Layout::Iov { list, n, .. } => unsafe { std::slice::from_raw_parts(*list, *n) },
+            Layout::Iov { list, n } => unsafe { std::slice::from_raw_parts(*list, *n) },
         }
     }
 
-    /// Length in bytes.
+    /// Length in bytes (of an iov list: the sum of its pieces, which `UserBuf::iov` checked
+    /// does not overflow).
     #[inline(always)]
     pub fn len(&self) -> usize {
         match self.layout {
             Layout::Contig(s) => s.len,
-            Layout::Iov { total, .. } => total,
+            Layout::Iov { .. } => self.segs().iter().map(|s| s.len).sum(),
         }
     }
 

@@ -245,8 +245,16 @@ impl<L: Clone> Engine<L> {
                 }
                 Next::Fail(status) => {
                     ep.queue.pop_front();
-                    if let Some(d) = rid.and_then(|rid| reqs.finish(rid, status)) {
-                        actions.push_back(Action::Done(d));
+                    if let Some(rid) = rid {
+                        match reqs.finish(rid, status) {
+                            Ok(Some(d)) => actions.push_back(Action::Done(d)),
+                            Ok(None) => {}
+                            Err(st) => {
+                                if let Some(c) = reqs.complete_full(rid, st) {
+                                    actions.push_back(Action::Full(c));
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -410,9 +418,10 @@ impl<L: Clone> Engine<L> {
                 r.status == Status::InProgress
                     && match &r.kind {
                         ReqKind::Send(s) => s.ep == id && !s.zc.as_ref().is_some_and(|z| z.busy()),
-                        ReqKind::Recv(rr) => rr.zc.as_ref().is_some_and(|z| {
-                            !z.busy() && z.rts.as_ref().is_some_and(|rts| rts.ep == id.raw())
-                        }),
+                        ReqKind::Recv(rr) => rr
+                            .zc
+                            .as_ref()
+                            .is_some_and(|z| !z.busy() && z.rts.as_ref().is_some_and(|rts| rts.ep == id.raw())),
                         _ => false,
                     }
             })
@@ -471,12 +480,13 @@ impl<L: Clone> Engine<L> {
             self.finish(rid, Status::Ok);
             return None;
         }
-        let busy = !ep.queue.is_empty()
-            || !ep.wireup_q.is_empty()
-            || ep.status == EpStatus::Connecting
-            || self.reqs.tab.iter().any(|(_, r)| {
-                r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == ep_id)
-            });
+        let busy =
+            !ep.queue.is_empty()
+                || !ep.wireup_q.is_empty()
+                || ep.status == EpStatus::Connecting
+                || self.reqs.tab.iter().any(|(_, r)| {
+                    r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == ep_id)
+                });
         Some((ep_id, (!busy).then(|| ep.io.clone())))
     }
 

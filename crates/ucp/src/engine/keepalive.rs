@@ -47,8 +47,7 @@ impl<L: Clone> Engine<L> {
             return;
         }
         k.due = now.saturating_add(k.interval);
-        let ids: Vec<Id> =
-            self.eps.iter().filter(|(_, e)| e.status == EpStatus::Connected).map(|(id, _)| id).collect();
+        let ids: Vec<Id> = self.eps.iter().filter(|(_, e)| e.status == EpStatus::Connected).map(|(id, _)| id).collect();
         if ids.is_empty() {
             return;
         }

@@ -25,7 +25,7 @@ use std::rc::Rc;
 use ucs::idtable::{Id, IdTable};
 use ucs::{Status, UcsResult};
 
-use crate::request::complete::Done;
+use crate::request::complete::{CompletedFull, Done};
 use crate::request::{ReqExt, Reqs, ZcPool, ZC_POOL_CHUNK};
 use crate::tag::TagState;
 use crate::wireup::{AcceptReq, ConnMatch};
@@ -45,8 +45,10 @@ const KEPT_MSG_SIZE: usize = 256;
 
 /// Work the engine leaves to its driver, in order.
 pub(crate) enum Action<L> {
-    /// Run a completion's callbacks, wake its future.
+    /// Run a completed request's plain callback.
     Done(Done),
+    /// Run a completed request's callbacks, wake its future, drop the buffer it held.
+    Full(CompletedFull),
     /// The endpoint has transmissions to make: pull them with [`Engine::next_tx`].
     Transmit(Id),
     /// A peer's wireup request names no endpoint here: build one ([`Engine::accept`]).
@@ -67,7 +69,8 @@ pub(crate) enum Action<L> {
 impl<L> std::fmt::Debug for Action<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Action::Done(d) => write!(f, "Done({d:?})"),
+            Action::Done(d) => write!(f, "{d:?}"),
+            Action::Full(c) => write!(f, "{c:?}"),
             Action::Transmit(id) => write!(f, "Transmit({id:?})"),
             Action::Accept(a) => write!(f, "Accept({})", a.remote.name),
             Action::ConnectP2p { ep, .. } => write!(f, "ConnectP2p({ep:?})"),
@@ -171,16 +174,26 @@ impl<L: Clone> Engine<L> {
     /// Completes request `id` with `status`; its callbacks go to the driver.
     #[inline]
     pub fn finish(&mut self, id: Id, status: Status) {
-        if let Some(d) = self.reqs.finish(id, status) {
-            self.push(Action::Done(d));
+        let r = self.reqs.finish(id, status);
+        self.completed(id, r);
+    }
+
+    /// What completing request `id` left: a plain callback for the driver, or the full
+    /// completion to make.
+    #[inline]
+    pub(crate) fn completed(&mut self, id: Id, r: Result<Option<Done>, Status>) {
+        match r {
+            Ok(Some(d)) => self.push(Action::Done(d)),
+            Ok(None) => {}
+            Err(status) => self.complete_full(id, status),
         }
     }
 
-    /// A completion's callbacks, for the driver.
-    #[inline]
-    pub(crate) fn done(&mut self, d: Option<Done>) {
-        if let Some(d) = d {
-            self.push(Action::Done(d));
+    /// Completes request `id`, which has more than a plain callback, with `status`.
+    #[inline(never)]
+    pub(crate) fn complete_full(&mut self, id: Id, status: Status) {
+        if let Some(c) = self.reqs.complete_full(id, status) {
+            self.push(Action::Full(c));
         }
     }
 

@@ -19,7 +19,9 @@ use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendPhase};
 use crate::tag::Tag;
 use crate::wire::{self, len, Header};
 
-/// What the front operation of a queue has for the driver.
+/// What the front operation of a queue has for the driver (a return value, consumed at once:
+/// its size does not matter).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Next {
     /// A transmission.
     Tx(Lane, TxOp, TxOf),
@@ -149,7 +151,8 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
 impl<L: Clone> Engine<L> {
     /// The driver sent piece `[offset, offset + n)` of send `rid` (`op`), or could not.
     pub(crate) fn send_done(&mut self, rid: Id, offset: usize, n: usize, op: &TxOp, res: TxResult) -> Step {
-        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid) else {
+        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid)
+        else {
             return Step::Finished;
         };
         if let Some(m) = res.memh {
@@ -260,7 +263,8 @@ impl<L: Clone> Engine<L> {
 
     /// An eager zero-copy fragment of send `rid` completed with `status`.
     pub(crate) fn eager_frag_done(&mut self, rid: Id, status: Status) {
-        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid) else {
+        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid)
+        else {
             return;
         };
         let total = s.buf.len();

@@ -85,7 +85,11 @@ pub(crate) fn get_next<L>(reqs: &mut Reqs, _ep: &EpState<L>, ep_id: Id, rid: Id)
     z.rma = true;
     let mem = Mem { seg: seg.sub(0, size).unwrap_or(seg), memh: None, hint: rr.hint };
     let token = ZcDone::Get { ep: ep_id, rid, sreq: rts.sreq };
-    Next::Tx(Lane::Rndv, TxOp::Get { mem, remote: rts.addr, rkey: rts.rkey, token }, TxOf::Req { rid, offset: 0, len: size })
+    Next::Tx(
+        Lane::Rndv,
+        TxOp::Get { mem, remote: rts.addr, rkey: rts.rkey, token },
+        TxOf::Req { rid, offset: 0, len: size },
+    )
 }
 
 /// The put of send `sreq` on endpoint `ep_id`.
@@ -277,7 +281,10 @@ impl<L: Clone> Engine<L> {
             Some(ReqState { kind: ReqKind::Send(s), .. }) if matches!(s.phase, SendPhase::Rts { .. }) => {
                 let len = s.buf.len();
                 if h.len != len as u64 {
-                    tracing::warn!("rndv rtr: peer asked for {} bytes of a {len}-byte message; failing the send", h.len);
+                    tracing::warn!(
+                        "rndv rtr: peer asked for {} bytes of a {len}-byte message; failing the send",
+                        h.len
+                    );
                     Err(Status::InvalidParam)
                 } else if h.rkey.is_empty() {
                     s.phase = SendPhase::RndvFrags { rreq: h.rreq, offset: 0 };

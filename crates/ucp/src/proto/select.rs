@@ -132,7 +132,13 @@ pub(crate) enum RndvProto {
 /// What the receiver of a `size`-byte rendezvous does, given the sender's offer (`rkey`: it
 /// sent a key; `sender_contig`: its buffer is contiguous) and whether its own buffer is
 /// contiguous.
-pub(crate) fn rndv_scheme(cfg: &EpConfig, size: usize, rkey: bool, sender_contig: bool, recv_contig: bool) -> RndvProto {
+pub(crate) fn rndv_scheme(
+    cfg: &EpConfig,
+    size: usize,
+    rkey: bool,
+    sender_contig: bool,
+    recv_contig: bool,
+) -> RndvProto {
     let Some(lane) = cfg.rndv.filter(|l| size <= l.max_zcopy) else { return RndvProto::Am };
     if !recv_contig {
         return RndvProto::Am;
@@ -220,8 +226,9 @@ mod tests {
         let none = RtsOffer { register: false, key: false };
         use RndvProto::{Am, Get, Put};
         use RndvScheme as Sc;
+        type Row = (Sc, Option<RndvCaps>, usize, bool, RtsOffer, bool, bool, RndvProto);
         #[rustfmt::skip]
-        let table: &[(Sc, Option<RndvCaps>, usize, bool, RtsOffer, bool, bool, RndvProto)] = &[
+        let table: &[Row] = &[
             // scheme, lane, size, sender contiguous, offer, key sent, receiver contiguous, receiver's choice
             (Sc::Auto, on(true, true, 1 << 20), 65536, true, reg_key, true, true, Get),
             (Sc::Auto, on(true, true, 1 << 20), 65536, true, reg_key, true, false, Am),   // iov receive
@@ -233,11 +240,12 @@ mod tests {
             (Sc::GetZcopy, on(false, true, 1 << 20), 65536, true, none, false, true, Am),
             (Sc::PutZcopy, on(true, true, 1 << 20), 65536, true, reg, false, true, Put),
             (Sc::Am, on(true, true, 1 << 20), 65536, true, none, false, true, Am),
-            (Sc::Auto, on(true, true, 1 << 20), 0, true, none, false, true, Get),        // empty: nothing to register
+            (Sc::Auto, on(true, true, 1 << 20), 0, true, none, false, true, Am),         // empty: nothing to register
         ];
         for &(scheme, rndv, size, s_contig, offer, key, r_contig, want) in table {
             let c = EpConfig { scheme, rndv, ..cfg() };
             assert_eq!(rts_offer(&c, size, s_contig), offer, "{scheme:?} {rndv:?} {size}");
+            // (An empty rendezvous completes at the match, whatever the scheme.)
             if size > 0 {
                 assert_eq!(rndv_scheme(&c, size, key, s_contig, r_contig), want, "{scheme:?} {rndv:?} {size}");
             }

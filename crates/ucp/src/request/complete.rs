@@ -11,32 +11,38 @@ use ucs::Status;
 use super::{Callback, CallbackFn, RecvInfo, ReqExt, ReqKind, ReqState, Reqs};
 use crate::tag::Tag;
 
-/// What a completion leaves to do outside the engine.
-pub(crate) enum Done {
-    /// The plain callback of a request freed already (the common case).
-    Call(CallbackFn, usize, Status, RecvInfo),
-    /// Callbacks, a waker and a held buffer.
-    Full(CompletedFull),
+/// The plain callback of a request completed and freed already (the common case): what is
+/// left to do outside the engine. Small, so the 8-byte receive path hands it back by value.
+#[derive(Clone, Copy)]
+pub(crate) struct Done {
+    f: CallbackFn,
+    data: usize,
+    status: Status,
+    info: RecvInfo,
 }
 
 impl std::fmt::Debug for Done {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Done::Call(_, _, s, _) => write!(f, "Done::Call({s})"),
-            Done::Full(c) => write!(f, "Done::Full({})", c.status),
-        }
+        write!(f, "Done({})", self.status)
     }
 }
 
 impl Done {
-    /// Runs the callbacks, wakes the future, drops a held buffer.
+    /// Runs the callback.
     #[inline(always)]
     pub fn run(self) {
-        match self {
-            Done::Call(f, data, status, info) => f(status, info, data),
-            Done::Full(c) => c.run(),
-        }
+        (self.f)(self.status, self.info, self.data)
     }
+}
+
+/// What [`Reqs::deliver_expected`] did.
+pub(crate) enum Delivered {
+    /// No receive waits for the tag: nothing changed.
+    NoMatch,
+    /// Delivered; a plain callback to run, if the request had one.
+    Done(Option<Done>),
+    /// Delivered into request `id`, which needs [`Reqs::complete_full`] with this status.
+    Full(Id, Status),
 }
 
 /// What remains of completing a request that had more than a plain callback.
@@ -49,9 +55,16 @@ pub(crate) struct CompletedFull {
     owned: Option<Box<dyn std::any::Any + Send>>,
 }
 
+impl std::fmt::Debug for CompletedFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompletedFull({})", self.status)
+    }
+}
+
 impl CompletedFull {
+    /// Drops a held buffer, runs the callbacks, wakes the future.
     #[inline(never)]
-    fn run(self) {
+    pub fn run(self) {
         let CompletedFull { status, info, cb_fn, callback, waker, owned } = self;
         drop(owned);
         if let Some(cb) = callback {
@@ -73,14 +86,16 @@ pub(crate) fn completed_at_once(
     cb_fn: Option<(CallbackFn, usize)>,
     status: Status,
     info: RecvInfo,
-) -> Done {
-    Done::Full(CompletedFull { status, info, cb_fn, callback, waker: None, owned: None })
+) -> CompletedFull {
+    CompletedFull { status, info, cb_fn, callback, waker: None, owned: None }
 }
 
 impl Reqs {
-    /// Completes request `id` with `status` (once; later calls and unknown ids are ignored).
+    /// Completes request `id` with `status` (once; later calls and unknown ids are ignored):
+    /// `Ok` with the plain callback to run, if any, when the request was freed on the fast
+    /// path; `Err(status)` when it needs [`Reqs::complete_full`] (not done yet).
     #[inline]
-    pub fn finish(&mut self, id: Id, status: Status) -> Option<Done> {
+    pub fn finish(&mut self, id: Id, status: Status) -> Result<Option<Done>, Status> {
         self.complete_with(id, |_| Some(status))
     }
 
@@ -88,35 +103,36 @@ impl Reqs {
     /// data into it) under the same lookup; `fill` returning `None` leaves the request as it
     /// was. The protocol state (registrations, keys) is dropped with the request.
     #[inline(always)]
-    pub fn complete_with(&mut self, id: Id, fill: impl FnOnce(&mut ReqState) -> Option<Status>) -> Option<Done> {
-        let mut entry = self.tab.occupied(id)?;
+    pub fn complete_with(
+        &mut self,
+        id: Id,
+        fill: impl FnOnce(&mut ReqState) -> Option<Status>,
+    ) -> Result<Option<Done>, Status> {
+        let Some(mut entry) = self.tab.occupied(id) else { return Ok(None) };
         let r = entry.get_mut();
         if r.status != Status::InProgress {
-            return None;
+            return Ok(None);
         }
-        let status = fill(r)?;
-        match Self::complete_fast(entry, status) {
-            Ok(done) => done,
-            Err(()) => self.complete_full(id, status),
-        }
+        let Some(status) = fill(r) else { return Ok(None) };
+        Self::complete_fast(entry, status).map_err(|()| status)
     }
 
     /// Takes the earliest receive posted for `tag` off the expected queues and delivers the
-    /// whole message `payload` into it. `None`: no receive waits for `tag` (nothing changed).
+    /// whole message `payload` into it.
     #[inline(always)]
-    pub fn deliver_expected(&mut self, tag: Tag, payload: &[u8]) -> Option<Option<Done>> {
-        let i = self.exp.take(&mut self.tab, tag)?;
-        let Some(mut entry) = self.tab.occupied_at(i) else { return Some(None) };
+    pub fn deliver_expected(&mut self, tag: Tag, payload: &[u8]) -> Delivered {
+        let Some(i) = self.exp.take(&mut self.tab, tag) else { return Delivered::NoMatch };
+        let Some(mut entry) = self.tab.occupied_at(i) else { return Delivered::Done(None) };
         let r = entry.get_mut();
         if r.status != Status::InProgress {
-            return Some(None);
+            return Delivered::Done(None);
         }
-        let Some(status) = fill_whole(r, tag, payload) else { return Some(None) };
+        let Some(status) = fill_whole(r, tag, payload) else { return Delivered::Done(None) };
         let id = entry.id();
-        Some(match Self::complete_fast(entry, status) {
-            Ok(done) => done,
-            Err(()) => self.complete_full(id, status),
-        })
+        match Self::complete_fast(entry, status) {
+            Ok(done) => Delivered::Done(done),
+            Err(()) => Delivered::Full(id, status),
+        }
     }
 
     /// Takes the earliest receive posted for `tag` off the expected queues; its id.
@@ -141,7 +157,7 @@ impl Reqs {
         } else {
             entry.discard();
         }
-        Ok(cb_fn.map(|(f, data)| Done::Call(f, data, status, info)))
+        Ok(cb_fn.map(|(f, data)| Done { f, data, status, info }))
     }
 }
 
@@ -162,7 +178,7 @@ impl Reqs {
     /// it complete with `status` and frees it if the user released it; the callbacks, waker
     /// and a user's buffer are returned.
     #[inline(never)]
-    pub fn complete_full(&mut self, id: Id, status: Status) -> Option<Done> {
+    pub fn complete_full(&mut self, id: Id, status: Status) -> Option<CompletedFull> {
         // A receive completed while still posted (not by a match or a cancel, which take it
         // off first) leaves the queues now, before its slot can be freed.
         self.unpost(id);
@@ -185,7 +201,7 @@ impl Reqs {
         if cb_fn.is_none() && callback.is_none() && waker.is_none() && owned.is_none() {
             return None;
         }
-        Some(Done::Full(CompletedFull { status, info, cb_fn, callback, waker, owned }))
+        Some(CompletedFull { status, info, cb_fn, callback, waker, owned })
     }
 
     /// Status and receive info of a request (`NoElem` for an unknown one).

@@ -69,4 +69,3 @@ impl Drop for Request<'_> {
         self.worker.request_release(self.id);
     }
 }
-

@@ -271,3 +271,15 @@ impl ReqState {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_state_stays_small() {
+        // Every posted receive and queued send is one of these, written into the request table:
+        // rarely used parts stay boxed. A posted receive's queue entry (40 bytes) is part of it.
+        let n = std::mem::size_of::<ReqState>();
+        assert!(n <= 200, "{n}");
+    }
+}

@@ -11,7 +11,7 @@ use crate::dt::UserBuf;
 use crate::engine::{Action, Engine};
 use crate::proto::ctrl::Ctrl;
 use crate::proto::rndv::Rts;
-use crate::request::complete::{completed_at_once, Done};
+use crate::request::complete::{completed_at_once, Delivered, Done};
 use crate::request::{RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam};
 use crate::wire::{self, len};
 
@@ -47,12 +47,8 @@ impl<L: Clone> Engine<L> {
         // Queued first, by the slot it is about to take, so the slot is not looked up again.
         let at = reqs.tab.next_index();
         let exp = reqs.exp.post_at(&mut reqs.tab, tag, mask, at);
-        let mut st = ReqState::new(
-            ReqKind::Recv(RecvReq::new(buf, hint)),
-            param.callback,
-            param.callback_fn,
-            param.detached,
-        );
+        let mut st =
+            ReqState::new(ReqKind::Recv(RecvReq::new(buf, hint)), param.callback, param.callback_fn, param.detached);
         st.exp = exp;
         let rid = reqs.tab.insert(st);
         debug_assert_eq!(rid.index(), at, "the request took another slot than the queues were told");
@@ -61,7 +57,13 @@ impl<L: Clone> Engine<L> {
 
     /// A receive met an unexpected message (at posting, or from a probed handle).
     #[inline(never)]
-    pub(crate) fn recv_matched(&mut self, buf: UserBuf, tag: Tag, msg: Unexp, param: RequestParam) -> UcsResult<RecvOut> {
+    pub(crate) fn recv_matched(
+        &mut self,
+        buf: UserBuf,
+        tag: Tag,
+        msg: Unexp,
+        param: RequestParam,
+    ) -> UcsResult<RecvOut> {
         let info = RecvInfo { length: msg.length(), sender_tag: tag };
         match msg {
             Unexp::Eager { desc, offset, sync } => self.recv_whole_now(&buf, info, &desc[offset..], sync, param),
@@ -120,7 +122,7 @@ impl<L: Clone> Engine<L> {
             let rid = self.reqs.tab.insert(st);
             // The callbacks of a request completed at creation run now.
             if param.callback.is_some() || param.callback_fn.is_some() {
-                self.push(Action::Done(completed_at_once(param.callback, param.callback_fn, status, info)));
+                self.push(Action::Full(completed_at_once(param.callback, param.callback_fn, status, info)));
             }
             return Ok(RecvOut::Req(rid));
         }
@@ -145,8 +147,8 @@ impl<L: Clone> Engine<L> {
         if let Some((ep, sreq)) = sync {
             self.sync_ack(ep, sreq);
         }
-        let d = self.reqs.complete_with(rid, |r| crate::request::complete::fill_whole(r, tag, payload));
-        self.done(d);
+        let r = self.reqs.complete_with(rid, |r| crate::request::complete::fill_whole(r, tag, payload));
+        self.completed(rid, r);
     }
 
     /// An eager message (`AM_EAGER_ONLY`): delivered into the earliest matching receive, or
@@ -162,8 +164,12 @@ impl<L: Clone> Engine<L> {
             }
         };
         match self.reqs.deliver_expected(tag, payload) {
-            Some(done) => done,
-            None => {
+            Delivered::Done(done) => done,
+            Delivered::Full(id, status) => {
+                self.complete_full(id, status);
+                None
+            }
+            Delivered::NoMatch => {
                 self.unexpected_eager(tag, m, len::EAGER_ONLY, None);
                 None
             }

@@ -212,4 +212,3 @@ impl Endpoint {
         self.close_nbx(mode)?.wait().map(|_| ())
     }
 }
-

@@ -165,4 +165,3 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         }
     }
 }
-

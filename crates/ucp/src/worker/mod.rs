@@ -35,8 +35,8 @@ mod data;
 mod endpoint;
 mod future;
 
-pub use data::{RecvData, RecvResult, SendData};
 use data::detach;
+pub use data::{RecvData, RecvResult, SendData};
 pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};
 use future::FutState;
 pub use future::{block_on, EventSource, ProgressDriver, RecvFuture, SendFuture};
@@ -428,14 +428,8 @@ impl Worker {
     pub(crate) fn take_back<B: 'static>(&self, id: Id) -> (Option<B>, Status, RecvInfo) {
         let Ok(e) = self.enter() else { return (None, Status::InvalidParam, RecvInfo::default()) };
         let (status, info) = e.core.req_status(id);
-        let owned = e
-            .core
-            .engine
-            .borrow_mut()
-            .reqs
-            .tab
-            .get_mut(id)
-            .and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
+        let owned =
+            e.core.engine.borrow_mut().reqs.tab.get_mut(id).and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
         e.core.req_release(id);
         let b = owned.and_then(|o| o.downcast::<B>().ok()).map(|b| *b);
         (b, status, info)
@@ -552,4 +546,3 @@ impl Worker {
 pub struct Message {
     id: Id,
 }
-
