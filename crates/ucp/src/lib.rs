@@ -13,6 +13,8 @@ pub(crate) mod engine;
 pub mod mem;
 pub(crate) mod proto;
 pub mod request;
+#[cfg(test)]
+mod sim;
 pub mod tag;
 pub mod wire;
 mod wireup;

@@ -101,7 +101,10 @@ impl Core {
                 r.memh = if r.keyed { memh } else { None };
                 r
             }
-            TxOp::AmZcopy { hdr, mem, token } => {
+            TxOp::AmZcopy { hdr, mem, offset, len, token } => {
+                let Some(piece) = mem.seg.sub(*offset, *len) else {
+                    return TxResult::of(TxStatus::Failed(Status::InvalidParam));
+                };
                 let iface = lanes.uct_eps[lanes.am_idx].pair.local;
                 let (memh, new) = match &mem.memh {
                     Some(m) => (m.clone(), false),
@@ -113,7 +116,7 @@ impl Core {
                 let mut h = [0u8; len::MAX_DATA_HDR];
                 let Ok(n) = hdr.encode(&mut h) else { return TxResult::of(TxStatus::Failed(Status::InvalidParam)) };
                 let (comp, _) = self.zc_completion(*token);
-                let iov = [uct::Iov::new(mem.seg.ptr, mem.seg.len, Some(&memh))];
+                let iov = [uct::Iov::new(piece.ptr, piece.len, Some(&memh))];
                 // SAFETY: the user's buffer stays valid and unmodified until the send completes
                 // (the contract of its `UserBuf`), which the engine does only after this
                 // fragment's completion; the registration lives in the request until then.

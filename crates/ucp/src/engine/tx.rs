@@ -39,8 +39,9 @@ pub(crate) enum ZcDone {
     Put { ep: Id, sreq: Id, rreq: u64 },
 }
 
-/// Memory a transmission exposes or uses zero-copy: a piece of a user buffer, the
-/// registration the operation already holds, and the operation's memory-handle hint.
+/// Memory a transmission exposes or uses zero-copy: the user buffer (what a registration
+/// covers), the registration the operation already holds, and the operation's memory-handle
+/// hint.
 #[derive(Clone, Debug)]
 pub(crate) struct Mem {
     pub seg: Seg,
@@ -63,8 +64,10 @@ pub(crate) enum TxOp {
     /// The RTR of a rendezvous: register `mem` on the rendezvous lane and pack its key into the
     /// header (the put scheme; without `mem`, fragments), then `am_bcopy`.
     Rtr { hdr: wire::RtrHdr, mem: Option<Mem> },
-    /// `am_zcopy` of `mem` after the header; the completion reports `token`.
-    AmZcopy { hdr: DataHdr, mem: Mem, token: ZcDone },
+    /// `am_zcopy` of bytes `[offset, offset + len)` of `mem` after the header (registering the
+    /// whole of `mem` if the operation holds no registration yet); the completion reports
+    /// `token`.
+    AmZcopy { hdr: DataHdr, mem: Mem, offset: usize, len: usize, token: ZcDone },
     /// `get_zcopy` into `mem` from `remote` with the packed key `rkey` (on the rendezvous lane).
     Get { mem: Mem, remote: u64, rkey: uct::PackedKey, token: ZcDone },
     /// `put_zcopy` from `mem` to `remote` with the packed key `rkey` (on the rendezvous lane).

@@ -132,7 +132,9 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
             let token = ZcDone::EagerFrag { rid };
             tx(hdr, offset, cfg.zcopy_max, &|hdr, n| TxOp::AmZcopy {
                 hdr,
-                mem: Mem { seg: seg.sub(offset, n).unwrap_or(seg), memh: memh.clone(), hint },
+                mem: Mem { seg, memh: memh.clone(), hint },
+                offset,
+                len: n,
                 token,
             })
         }
@@ -261,7 +263,9 @@ impl<L: Clone> Engine<L> {
         }
     }
 
-    /// An eager zero-copy fragment of send `rid` completed with `status`.
+    /// An eager zero-copy fragment of send `rid` completed with `status`. The send completes
+    /// once every fragment was posted and completed - or, when its endpoint failed (which
+    /// leaves a send with fragments in flight to them), once the last one in flight completed.
     pub(crate) fn eager_frag_done(&mut self, rid: Id, status: Status) {
         let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid)
         else {
@@ -269,14 +273,24 @@ impl<L: Clone> Engine<L> {
         };
         let total = s.buf.len();
         let posted_all = matches!(s.phase, SendPhase::Zcopy { offset, .. } if offset >= total);
+        let ep_error = match self.eps.get(s.ep) {
+            Some(ep) => ep.error(),
+            None => Some(Status::Canceled),
+        };
         let z = zc_mut(&self.zc_pool, &mut s.zc);
         z.inflight = z.inflight.saturating_sub(1);
         if status.is_err() && z.error.is_none() {
             z.error = Some(status);
         }
-        if posted_all && z.inflight == 0 {
-            self.zcopy_sent(rid);
+        if z.inflight > 0 {
+            return;
         }
+        if let (false, Some(e)) = (posted_all, ep_error) {
+            z.error.get_or_insert(e);
+        } else if !posted_all {
+            return;
+        }
+        self.zcopy_sent(rid);
     }
 
     /// The receiver matched synchronous send `h.sreq`.
