@@ -8,10 +8,10 @@ use ucs::{Status, UcsResult};
 use uct::{AmRecv, Iface, IfaceAttr, IfaceParams, Md};
 
 use super::Core;
-use crate::address::IfaceRecord;
 use crate::config::TlUse;
 use crate::context::{Context, Resource};
 use crate::wire;
+use crate::wireup::address::IfaceRecord;
 
 /// One opened interface of the worker.
 pub struct WorkerIface {

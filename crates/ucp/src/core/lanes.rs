@@ -8,12 +8,38 @@ use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
 use super::Core;
-use crate::address::{IfaceRecord, WorkerAddress};
 use crate::config::RndvScheme;
 use crate::engine::{EpStatus, Lane};
-use crate::lanes::{self, LaneLimits, LanePair, Lanes};
 use crate::proto::{EpConfig, LaneModels, RndvCaps};
 use crate::wire::{self, EpAddr, WireupMsg};
+use crate::wireup::address::{IfaceRecord, WorkerAddress};
+use crate::wireup::lanes::{self, LaneLimits, LanePair, Lanes};
+
+/// What one lane of an endpoint is for, with its transport (`ucp_ep_query`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneInfo {
+    /// `am`, `wireup` (when not the AM lane), `rma`, `amo` or `rndv`.
+    pub usage: &'static str,
+    /// Transport name.
+    pub transport: String,
+    /// Device name.
+    pub device: String,
+}
+
+/// The result of [`Endpoint::query`](crate::Endpoint::query).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpInfo {
+    /// The remote worker's name.
+    pub remote_name: String,
+    /// Whether wireup completed.
+    pub connected: bool,
+    /// The lanes.
+    pub lanes: Vec<LaneInfo>,
+    /// Messages of this size or more use rendezvous.
+    pub rndv_thresh: usize,
+    /// Payloads shorter than this go eager short.
+    pub short_lim: usize,
+}
 
 /// One transport endpoint of a UCP endpoint.
 pub(crate) struct UctLane {
@@ -131,7 +157,7 @@ impl Core {
         let cfg = self.ctx.config();
         let limits = LaneLimits {
             max_rndv_lanes: cfg.max_rndv_lanes.max(1),
-            atomics: self.ctx.features().intersects(crate::Features::AMO32 | crate::Features::AMO64),
+            atomics: self.ctx.features().intersects(crate::context::Features::AMO32 | crate::context::Features::AMO64),
         };
         let reachable = |l: &IfaceRecord, r: &IfaceRecord| {
             let Some(i) = self.address.ifaces.iter().position(|x| std::ptr::eq(x, l)) else { return false };
@@ -208,7 +234,7 @@ impl Core {
             am: (am_attr, &self.address.ifaces[am.local]),
             rndv: rndv.map(|(_, caps)| (caps, &self.address.ifaces[selection.rndv[0].local])),
         };
-        let ep_cfg = EpConfig::new(&models, cfg, self.ctx.features().contains(crate::Features::WAKEUP));
+        let ep_cfg = EpConfig::new(&models, cfg, self.ctx.features().contains(crate::context::Features::WAKEUP));
         let lanes = EpLanes {
             id,
             uct_eps,
@@ -287,13 +313,13 @@ impl Core {
     }
 
     /// Lanes of an endpoint with their transports (`ucp_ep_query`).
-    pub(crate) fn ep_query(&self, id: Id) -> UcsResult<crate::EpInfo> {
+    pub(crate) fn ep_query(&self, id: Id) -> UcsResult<EpInfo> {
         let e = self.engine.borrow();
         let ep = e.eps.get(id).ok_or(Status::InvalidParam)?;
         let mut lanes = Vec::new();
         let mut add = |usage: &'static str, p: LanePair| {
             let r = &self.address.ifaces[p.local];
-            lanes.push(crate::LaneInfo { usage, transport: r.tl_name.clone(), device: r.dev_name.clone() });
+            lanes.push(LaneInfo { usage, transport: r.tl_name.clone(), device: r.dev_name.clone() });
         };
         let sel = &ep.lanes;
         if let Some(p) = sel.am {
@@ -311,7 +337,7 @@ impl Core {
         for p in &sel.rndv {
             add("rndv", *p);
         }
-        Ok(crate::EpInfo {
+        Ok(EpInfo {
             remote_name: ep.remote.name.clone(),
             connected: ep.status == EpStatus::Connected,
             lanes,

@@ -19,15 +19,16 @@ use ucs::idtable::{Id, IdTable};
 use ucs::UcsResult;
 use uct::ProgressFlags;
 
-use crate::address::WorkerAddress;
 use crate::context::Context;
 use crate::engine::{Action, Engine, EpState, Flow, Lane, Local};
-use crate::mem::MemMap;
-use crate::wireup::AcceptReq;
+use crate::wireup::address::WorkerAddress;
+use crate::wireup::conn::AcceptReq;
+use mem::MemMap;
 
 pub(crate) mod exec;
 pub(crate) mod iface;
 pub(crate) mod lanes;
+mod mem;
 mod send;
 pub(crate) mod wakeup;
 

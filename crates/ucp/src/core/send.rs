@@ -10,16 +10,16 @@ use ucs::{Outcome, Status, UcsResult};
 use super::exec::pack_data;
 use super::lanes::EpLanes;
 use super::Core;
-use crate::address::WorkerAddress;
 use crate::dt::UserBuf;
 use crate::engine::{EpState, Lane};
-use crate::proto::ctrl::DataHdr;
 use crate::proto::{select, Op, OpKind, Proto};
 use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam};
 use crate::tag::recv::RecvOut;
 use crate::tag::Tag;
+use crate::wire::DataHdr;
 use crate::wire::{self, WireupMsg};
-use crate::wireup::Connect;
+use crate::wireup::address::WorkerAddress;
+use crate::wireup::conn::Connect;
 
 /// The kind of a tag send, for protocol selection.
 #[inline(always)]
@@ -252,7 +252,7 @@ impl Core {
 
 /// The counter of a direct protocol.
 #[inline(always)]
-fn counter(c: &mut crate::ProtoCounts, proto: Proto) -> &mut u64 {
+fn counter(c: &mut crate::engine::ProtoCounts, proto: Proto) -> &mut u64 {
     if proto == Proto::EagerShort {
         &mut c.eager_short
     } else {

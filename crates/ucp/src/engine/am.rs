@@ -4,7 +4,6 @@ use uct::AmRecv;
 
 use super::Engine;
 use crate::request::complete::Done;
-use crate::tag::recv::malformed;
 use crate::wire::{self, Msg};
 
 impl<L: Clone> Engine<L> {
@@ -42,4 +41,11 @@ impl<L: Clone> Engine<L> {
             Err(e) => malformed(e),
         }
     }
+}
+
+/// A malformed protocol message: logged with what was wrong, and dropped.
+#[cold]
+#[inline(never)]
+pub(crate) fn malformed(e: wire::WireError) {
+    tracing::warn!("ucp: {e}; message dropped");
 }

@@ -28,20 +28,47 @@ use ucs::{Status, UcsResult};
 use crate::request::complete::{CompletedFull, Done};
 use crate::request::{ReqExt, Reqs, ZcPool, ZC_POOL_CHUNK};
 use crate::tag::TagState;
-use crate::wireup::{AcceptReq, ConnMatch};
+use crate::wireup::conn::{AcceptReq, ConnMatch};
 
-mod am;
+pub(crate) mod am;
 pub(crate) mod ep;
 pub(crate) mod keepalive;
 pub(crate) mod tx;
 
 pub(crate) use ep::{EpState, EpStatus, Park};
-pub(crate) use tx::{Flow, Lane, Mem, Pending, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+pub(crate) use tx::{Flow, Lane, Mem, Next, Pending, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 
 /// Size of the buffers that keep unexpected messages which arrived inline in a transport's
 /// receive buffer (`am_short`): the longest `am_short` message of posix/sysv (120 bytes), rc
 /// and ud fits; a longer borrowed message (from `self`) is copied to the heap.
 const KEPT_MSG_SIZE: usize = 256;
+
+/// How many messages each tag protocol carried on a worker, counted on the side that chose
+/// the protocol (see [`Worker::proto_counts`](crate::Worker::proto_counts)); for tests and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProtoCounts {
+    /// Eager short (sender).
+    pub eager_short: u64,
+    /// Eager bcopy in one fragment (sender).
+    pub eager_bcopy: u64,
+    /// Eager bcopy in several fragments (sender).
+    pub eager_multi: u64,
+    /// Synchronous eager (sender).
+    pub eager_sync: u64,
+    /// Eager zero-copy, one fragment or several (sender).
+    pub eager_zcopy: u64,
+    /// Rendezvous where the receiver got the data (receiver).
+    pub rndv_get: u64,
+    /// Rendezvous where the sender put the data (receiver).
+    pub rndv_put: u64,
+    /// Rendezvous with the data in active messages (receiver).
+    pub rndv_am: u64,
+    /// Messages that arrived before their receive was posted (receiver).
+    pub unexpected: u64,
+    /// Times an endpoint's queue parked on its AM lane until the transport had send resources
+    /// again (sender; e.g. the peer's FIFO was full).
+    pub parked: u64,
+}
 
 /// Work the engine leaves to its driver, in order.
 pub(crate) enum Action<L> {
@@ -110,7 +137,7 @@ pub(crate) struct Engine<L> {
     /// Close requests whose endpoints are being flushed.
     pub closing: Vec<Id>,
     /// How many messages each protocol carried.
-    pub counts: crate::ProtoCounts,
+    pub counts: ProtoCounts,
     next_msg_id: u64,
     /// Keepalive rounds.
     pub keepalive: keepalive::Keepalive,
@@ -140,7 +167,7 @@ impl<L: Clone> Engine<L> {
             actions: VecDeque::new(),
             retry: Vec::new(),
             closing: Vec::new(),
-            counts: crate::ProtoCounts::default(),
+            counts: ProtoCounts::default(),
             keepalive: keepalive::Keepalive::new(keepalive_ns, keepalive_eps, now),
             zc_pool,
             kept_msgs,

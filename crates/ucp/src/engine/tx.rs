@@ -11,10 +11,10 @@ use ucs::idtable::Id;
 use ucs::Status;
 
 use crate::dt::{Seg, UserBuf};
-use crate::proto::ctrl::{Ctrl, DataHdr};
 use crate::proto::select::RtsOffer;
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
 use crate::wire;
+use crate::wire::{Ctrl, DataHdr};
 
 /// Which lane of an endpoint a transmission uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +133,29 @@ impl TxResult {
             Err(e) => TxStatus::Failed(e),
         })
     }
+}
+
+/// What the front operation of a queue has for the driver (a return value, consumed at once:
+/// its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Next {
+    /// A transmission.
+    Tx(Lane, TxOp, TxOf),
+    /// Nothing now (finished, or waiting for the peer).
+    Nothing,
+    /// It cannot go on: fail it with this status.
+    Fail(Status),
+}
+
+/// What happened to the front operation of a queue after a transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// More of it to send.
+    More,
+    /// It needs nothing more from the queue.
+    Finished,
+    /// The lane refused; it stays at the front.
+    Blocked,
 }
 
 /// What the driver does after reporting a transmission.

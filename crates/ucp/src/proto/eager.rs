@@ -11,25 +11,12 @@
 use ucs::idtable::Id;
 use ucs::Status;
 
-use super::ctrl::DataHdr;
 use super::select::{rts_offer, Proto};
-use crate::engine::ep::Step;
-use crate::engine::{Engine, EpState, Lane, Mem, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::engine::{Engine, EpState, Lane, Mem, Next, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendPhase};
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
+use crate::wire::DataHdr;
 use crate::wire::{self, len, Header};
-
-/// What the front operation of a queue has for the driver (a return value, consumed at once:
-/// its size does not matter).
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Next {
-    /// A transmission.
-    Tx(Lane, TxOp, TxOf),
-    /// Nothing now (finished, or waiting for the peer).
-    Nothing,
-    /// It cannot go on: fail it with this status.
-    Fail(Status),
-}
 
 /// The header of a whole eager message: the tag, and for a synchronous send the endpoint and
 /// request the receiver acknowledges to.

@@ -11,43 +11,11 @@
 use ucs::idtable::Id;
 use ucs::Status;
 
-use super::ctrl::Ctrl;
-use super::eager::Next;
 use super::select::{rndv_scheme, RndvProto};
-use crate::engine::ep::Step;
-use crate::engine::{Engine, EpState, Lane, Mem, Pending, TxOf, TxOp, TxResult, TxStatus, ZcDone};
-use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendPhase};
+use crate::engine::{Engine, EpState, Lane, Mem, Next, Pending, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::request::{zc_mut, PutTarget, ReqKind, ReqState, Reqs, Rts, SendPhase};
 use crate::wire;
-
-/// A rendezvous request to send, as received.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rts {
-    /// The receiver's endpoint to the sender (as the sender's header names it).
-    pub ep: u64,
-    /// The sender's request.
-    pub sreq: u64,
-    pub size: usize,
-    /// The sender's buffer and key (empty: no get).
-    pub addr: u64,
-    pub rkey: uct::PackedKey,
-    /// The sender's buffer is contiguous.
-    pub contig: bool,
-}
-
-impl From<wire::RtsHdr> for Rts {
-    fn from(h: wire::RtsHdr) -> Rts {
-        Rts { ep: h.ep, sreq: h.sreq, size: h.size, addr: h.addr, rkey: h.rkey, contig: h.contig }
-    }
-}
-
-/// Where the receiver asked the data to be put.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PutTarget {
-    pub addr: u64,
-    pub rkey: uct::PackedKey,
-    /// The receiver's request (the ATP names it).
-    pub rreq: u64,
-}
+use crate::wire::Ctrl;
 
 /// The receiver's scheme for receive `rr`'s matched RTS on an endpoint configured as `ep`.
 fn scheme_of<L>(ep: &EpState<L>, rts: &Rts, recv_contig: bool) -> RndvProto {

@@ -10,7 +10,7 @@
 //! The memory-handle hint of an operation does not change the choice (as in UCX 1.13's
 //! protocols): it only spares the registration of a zero-copy protocol that was chosen.
 
-use super::EpConfig;
+use super::config::EpConfig;
 use crate::config::RndvScheme;
 use crate::wire::len;
 
@@ -155,7 +155,7 @@ pub(crate) fn rndv_scheme(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::RndvCaps;
+    use crate::proto::config::RndvCaps;
     use OpKind::{TagSend as T, TagSendSync as S};
     use Proto::*;
 

@@ -9,7 +9,7 @@ use ucs::idtable::{Id, Occupied};
 use ucs::Status;
 
 use super::{Callback, CallbackFn, RecvInfo, ReqExt, ReqKind, ReqState, Reqs};
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
 
 /// The plain callback of a request completed and freed already (the common case): what is
 /// left to do outside the engine. Small, so the 8-byte receive path hands it back by value.

@@ -3,7 +3,7 @@
 //!
 //! * An operation that completes at once returns without a request (unless
 //!   [`RequestFlags::NO_IMM_CMPL`]); the callback is then not called, as in UCX.
-//! * Otherwise it returns a [`Request`]: poll [`Request::status`], wait on it, or let the
+//! * Otherwise it returns a [`Request`](crate::Request): poll [`Request::status`], wait on it, or let the
 //!   callback run. Dropping a `Request` is `ucp_request_free`: the operation goes on and the
 //!   callback still fires.
 //! * The raw operations take pointers and are `unsafe` (the buffer must outlive the request).
@@ -11,8 +11,9 @@
 //!   the buffer lives inside the worker until the transport is done with it, so dropping the
 //!   future of a pending receive cancels it and data never lands in memory the caller owns again.
 //!
-//! Files: `param` (what the user passes), `handle` (the [`Request`] handle), `complete` (how a
+//! Files: `param` (what the user passes), `complete` (how a
 //! request completes: callbacks and wakers run outside the engine); the state itself is here.
+//! The handle itself is the API's (`crate::worker`).
 
 use std::any::Any;
 use std::task::Waker;
@@ -22,15 +23,13 @@ use ucs::mpool::{ObjPool, PoolBox};
 use ucs::Status;
 
 use crate::dt::UserBuf;
-use crate::proto::rndv::{PutTarget, Rts};
-use crate::tag::{ExpEntry, ExpQueues, ExpStore, Tag};
+use crate::proto::select::Proto;
+use crate::tag::matcher::{ExpEntry, ExpQueues, ExpStore, Tag};
 
 pub(crate) mod complete;
-mod handle;
 mod param;
 
 pub use crate::dt::IoVec;
-pub use handle::Request;
 pub use param::{Callback, CallbackFn, RecvInfo, RequestFlags, RequestParam};
 
 /// Progress of a send.
@@ -53,6 +52,36 @@ pub(crate) enum SendPhase {
     RndvFrags { rreq: u64, offset: usize },
 }
 
+/// A rendezvous request to send, as received.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rts {
+    /// The receiver's endpoint to the sender (as the sender's header names it).
+    pub ep: u64,
+    /// The sender's request.
+    pub sreq: u64,
+    pub size: usize,
+    /// The sender's buffer and key (empty: no get).
+    pub addr: u64,
+    pub rkey: uct::PackedKey,
+    /// The sender's buffer is contiguous.
+    pub contig: bool,
+}
+
+impl From<crate::wire::RtsHdr> for Rts {
+    fn from(h: crate::wire::RtsHdr) -> Rts {
+        Rts { ep: h.ep, sreq: h.sreq, size: h.size, addr: h.addr, rkey: h.rkey, contig: h.contig }
+    }
+}
+
+/// Where the receiver asked the data to be put.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PutTarget {
+    pub addr: u64,
+    pub rkey: uct::PackedKey,
+    /// The receiver's request (the ATP names it).
+    pub rreq: u64,
+}
+
 /// A send in flight.
 #[derive(Debug)]
 pub(crate) struct SendReq {
@@ -64,7 +93,7 @@ pub(crate) struct SendReq {
     /// The receiver's match of a synchronous send was acknowledged.
     pub acked: bool,
     /// The protocol [`crate::proto::select`] chose.
-    pub proto: crate::proto::Proto,
+    pub proto: Proto,
     pub phase: SendPhase,
     /// Zero-copy state (out of line, from the worker's pool: most sends never need it).
     pub zc: Option<PoolBox<ZcState>>,

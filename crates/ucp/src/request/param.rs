@@ -3,7 +3,7 @@
 use bitflags::bitflags;
 use ucs::Status;
 
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
 
 bitflags! {
     /// `UCP_OP_ATTR_FLAG_*`.

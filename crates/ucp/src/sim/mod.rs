@@ -26,14 +26,14 @@ use ucs::idtable::Id;
 use ucs::Status;
 use uct::AmRecv;
 
-use crate::address::{IfaceRecord, WorkerAddress};
 use crate::dt::{Seg, UserBuf};
 use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, Mem, Tx, TxOp, TxResult, TxStatus, ZcDone};
-use crate::lanes::Lanes;
 use crate::proto::EpConfig;
 use crate::request::{RecvInfo, RequestParam};
 use crate::wire::{self, Header};
-use crate::wireup::Connect;
+use crate::wireup::address::{IfaceRecord, WorkerAddress};
+use crate::wireup::conn::Connect;
+use crate::wireup::lanes::Lanes;
 
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use ucs::idtable::{Id, IdTable};
 
-use crate::proto::rndv::Rts;
+use crate::request::Rts;
 
 pub mod matcher;
 mod probe;

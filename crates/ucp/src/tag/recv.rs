@@ -8,11 +8,12 @@ use uct::AmRecv;
 
 use super::{FragTarget, Tag, Unexp};
 use crate::dt::UserBuf;
+use crate::engine::am::malformed;
 use crate::engine::{Action, Engine};
-use crate::proto::ctrl::Ctrl;
-use crate::proto::rndv::Rts;
 use crate::request::complete::{completed_at_once, Delivered, Done};
+use crate::request::Rts;
 use crate::request::{RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam};
+use crate::wire::Ctrl;
 use crate::wire::{self, len};
 
 /// Outcome of a receive call.
@@ -22,13 +23,6 @@ pub(crate) enum RecvOut {
     Done(RecvInfo),
     /// In progress (or completed with NO_IMM_CMPL).
     Req(Id),
-}
-
-/// A malformed protocol message: logged with what was wrong, and dropped.
-#[cold]
-#[inline(never)]
-pub(crate) fn malformed(e: wire::WireError) {
-    tracing::warn!("ucp: {e}; message dropped");
 }
 
 impl<L: Clone> Engine<L> {

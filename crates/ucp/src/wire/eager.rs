@@ -2,7 +2,7 @@
 
 use super::{len, Header, Reader, WireError, Writer};
 use super::{AM_EAGER_FIRST, AM_EAGER_MIDDLE, AM_EAGER_ONLY, AM_EAGER_SYNC_FIRST, AM_EAGER_SYNC_ONLY, AM_SYNC_ACK};
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
 
 /// A whole eager message: its tag (also the 8-byte header of an `am_short`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,12 +32,15 @@ use std::fmt;
 use ucs::Status;
 
 mod eager;
+mod msg;
 mod rndv;
 pub mod wireup;
 
 pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, SyncAck};
 pub use rndv::{Atp, Ats, RndvDataHdr, RtrHdr, RtsHdr};
 pub use wireup::{EpAddr, WireupMsg};
+
+pub(crate) use msg::{Ctrl, DataHdr, WireupOut};
 
 /// Wireup: connection request, reply and acknowledgement.
 pub const AM_WIREUP: u8 = 1;

@@ -6,7 +6,7 @@ use uct::PackedKey;
 
 use super::{len, Header, Reader, WireError, Writer, RTS_FLAG_CONTIG};
 use super::{AM_RNDV_ATP, AM_RNDV_ATS, AM_RNDV_DATA, AM_RNDV_RTR, AM_RNDV_RTS};
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
 
 /// A rendezvous request to send: `size` bytes at `addr` in the sender, readable with `rkey`
 /// (empty: the sender exposed nothing, the data comes by a put or in fragments).

@@ -7,7 +7,7 @@
 
 use uct::{DeviceType, IfaceFlags};
 
-use crate::address::{IfaceRecord, WorkerAddress};
+use crate::wireup::address::{IfaceRecord, WorkerAddress};
 
 /// A pair of interfaces, one on each side: indices into the two address records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 
 use ucs::{Status, UcsResult};
 
+use super::Request;
 use crate::dt::{IoVec, UserBuf};
-use crate::request::{RecvInfo, Request, RequestFlags, RequestParam};
+use crate::request::{RecvInfo, RequestFlags, RequestParam};
 
 /// Receive buffer of the raw API.
 #[derive(Debug)]

@@ -5,36 +5,13 @@ use ucs::UcsResult;
 
 use super::data::{detach, SendData};
 use super::future::{FutState, RecvFuture, SendFuture};
+use super::Request;
 use super::Worker;
 use crate::dt::UserBuf;
-use crate::request::{RecvInfo, Request, RequestParam};
+use crate::request::{RecvInfo, RequestParam};
 use crate::tag::Tag;
 
-/// What one lane of an endpoint is for, with its transport (`ucp_ep_query`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LaneInfo {
-    /// `am`, `wireup` (when not the AM lane), `rma`, `amo` or `rndv`.
-    pub usage: &'static str,
-    /// Transport name.
-    pub transport: String,
-    /// Device name.
-    pub device: String,
-}
-
-/// The result of [`Endpoint::query`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EpInfo {
-    /// The remote worker's name.
-    pub remote_name: String,
-    /// Whether wireup completed.
-    pub connected: bool,
-    /// The lanes.
-    pub lanes: Vec<LaneInfo>,
-    /// Messages of this size or more use rendezvous.
-    pub rndv_thresh: usize,
-    /// Payloads shorter than this go eager short.
-    pub short_lim: usize,
-}
+pub use crate::core::lanes::{EpInfo, LaneInfo};
 
 /// How [`Endpoint::close`] ends an endpoint (`UCP_EP_CLOSE_MODE_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,25 +21,27 @@ use ucs::{Status, UcsResult};
 
 pub use ucs::ThreadMode;
 
-use crate::address::WorkerAddress;
 use crate::context::{Context, Features};
 use crate::core::wakeup::Wakeup;
 use crate::core::Core;
 use crate::dt::UserBuf;
 use crate::mem::MemHandle;
-use crate::request::{RecvInfo, Request, RequestParam};
+use crate::request::{RecvInfo, RequestParam};
 use crate::tag::recv::RecvOut;
 use crate::tag::Tag;
+use crate::wireup::address::WorkerAddress;
 
 mod data;
 mod endpoint;
 mod future;
+mod request;
 
 use data::detach;
 pub use data::{RecvData, RecvResult, SendData};
 pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};
 use future::FutState;
 pub use future::{block_on, EventSource, ProgressDriver, RecvFuture, SendFuture};
+pub use request::Request;
 
 /// Parameters of [`Worker::new`] (`ucp_worker_params_t`).
 #[derive(Clone, Debug, Default)]
@@ -531,7 +533,7 @@ impl Worker {
     }
 
     /// How many messages each protocol carried so far.
-    pub fn proto_counts(&self) -> crate::ProtoCounts {
+    pub fn proto_counts(&self) -> crate::engine::ProtoCounts {
         self.enter().map(|e| e.core.engine.borrow().counts).unwrap_or_default()
     }
 

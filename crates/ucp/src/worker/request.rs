@@ -3,12 +3,13 @@
 use ucs::idtable::Id;
 use ucs::Status;
 
-use super::RecvInfo;
+use super::Worker;
+use crate::request::RecvInfo;
 
 /// A handle to an operation in progress (`void *request`). Dropping it is `ucp_request_free`:
 /// the operation continues and its callback still runs.
 pub struct Request<'w> {
-    pub(crate) worker: &'w crate::Worker,
+    pub(crate) worker: &'w Worker,
     pub(crate) id: Id,
 }
 

@@ -1,10 +1,10 @@
-//! The messages the protocol machinery sends: data headers (eager and rendezvous fragments)
-//! and control messages (wireup, sync ack, ATS, ATP, RTR), each a typed header of
-//! [`crate::wire`].
+//! The messages the engine sends, as the headers above: a header of a message that carries
+//! data (eager and rendezvous fragments), and control messages (wireup, sync ack, ATS, ATP).
 
 use std::rc::Rc;
 
-use crate::wire::{self, Header, WireError, WireupMsg};
+use super::{Header, WireError, WireupMsg};
+use crate::wire;
 
 /// The header of a message that carries data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

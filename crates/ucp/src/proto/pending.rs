@@ -1,0 +1,127 @@
+//! An endpoint's queue, served by protocol: the front operation's protocol describes its next
+//! transmission ([`Engine::next_tx`]) and takes the driver's report of it
+//! ([`Engine::tx_done`]). The operation stays at the front until it needs nothing more from
+//! the queue (all its pieces went), so operations never overtake each other.
+
+use ucs::idtable::Id;
+
+use super::{eager, rndv};
+use crate::engine::ep::{EpStatus, Park};
+use crate::engine::{Action, Engine, Flow, Lane, Next, Pending, Step, Tx, TxOf, TxOp, TxResult, TxStatus};
+
+impl<L: Clone> Engine<L> {
+    /// The next transmission of endpoint `id`, or `None` when it has nothing to send now (or
+    /// one of its transmissions is with the driver already).
+    pub fn next_tx(&mut self, id: Id) -> Option<Tx<L>> {
+        let Engine { eps, reqs, actions, .. } = self;
+        let ep = eps.get_mut(id)?;
+        ep.kicked = false;
+        if ep.busy {
+            return None;
+        }
+        if ep.error().is_some() {
+            ep.wireup_q.clear();
+            ep.queue.clear();
+            return None;
+        }
+        if let Some(c) = ep.wireup_q.pop_front() {
+            ep.busy = true;
+            return Some(Tx { io: ep.io.clone(), lane: Lane::Wireup, op: TxOp::Ctrl(c), of: TxOf::Wireup });
+        }
+        if ep.status != EpStatus::Connected || ep.park == Park::Parked {
+            return None;
+        }
+        loop {
+            let (next, rid) = match ep.queue.front()? {
+                Pending::Ctrl(_) => match ep.queue.pop_front() {
+                    Some(Pending::Ctrl(c)) => (Next::Tx(Lane::Am, TxOp::Ctrl(c), TxOf::Ctrl), None),
+                    _ => (Next::Nothing, None),
+                },
+                &Pending::Send(rid) => (eager::send_next(reqs, ep, rid), Some(rid)),
+                &Pending::Rtr(rid) => (rndv::rtr_next(reqs, ep, rid), Some(rid)),
+                &Pending::Get(rid) => (rndv::get_next(reqs, ep, id, rid), Some(rid)),
+                &Pending::Put(rid) => (rndv::put_next(reqs, ep, id, rid), Some(rid)),
+            };
+            match next {
+                Next::Tx(lane, op, of) => {
+                    ep.busy = true;
+                    return Some(Tx { io: ep.io.clone(), lane, op, of });
+                }
+                // Nothing to send for the front operation (finished, or waiting for the peer).
+                Next::Nothing => {
+                    ep.queue.pop_front();
+                }
+                Next::Fail(status) => {
+                    ep.queue.pop_front();
+                    if let Some(rid) = rid {
+                        match reqs.finish(rid, status) {
+                            Ok(Some(d)) => actions.push_back(Action::Done(d)),
+                            Ok(None) => {}
+                            Err(st) => {
+                                if let Some(c) = reqs.complete_full(rid, st) {
+                                    actions.push_back(Action::Full(c));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The driver made transmission `tx` of endpoint `id` (or the lane refused it).
+    pub fn tx_done(&mut self, id: Id, tx: Tx<L>, res: TxResult) -> Flow {
+        let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
+        ep.busy = false;
+        let step = match tx.of {
+            TxOf::Wireup | TxOf::Ctrl => {
+                let TxOp::Ctrl(c) = tx.op else { return Flow::Continue };
+                match res.status {
+                    TxStatus::NoResource => {
+                        if ep.error().is_none() {
+                            if tx.of == TxOf::Wireup {
+                                ep.wireup_q.push_front(c);
+                            } else {
+                                ep.queue.push_front(Pending::Ctrl(c));
+                            }
+                        }
+                        Step::Blocked
+                    }
+                    TxStatus::Failed(e) => {
+                        tracing::warn!("ucp: sending {} to '{}' failed: {e}", c.name(), ep.remote.name);
+                        Step::Finished
+                    }
+                    TxStatus::Done | TxStatus::Started => Step::Finished,
+                }
+            }
+            TxOf::Req { rid, offset, len } => {
+                let front = match ep.queue.front() {
+                    Some(&Pending::Send(r)) if r == rid => Pending::Send(r),
+                    Some(&Pending::Rtr(r)) if r == rid => Pending::Rtr(r),
+                    Some(&Pending::Get(r)) if r == rid => Pending::Get(r),
+                    Some(&Pending::Put(r)) if r == rid => Pending::Put(r),
+                    // The queue changed during the transmission (the endpoint failed): the
+                    // operation was settled then; a zero-copy one completes through its token.
+                    _ => return Flow::Continue,
+                };
+                let step = match front {
+                    Pending::Send(_) => self.send_done(rid, offset, len, &tx.op, res),
+                    Pending::Rtr(_) => self.rtr_done(rid, res),
+                    Pending::Get(_) => self.get_done(id, rid, res),
+                    Pending::Put(_) => self.put_done(id, rid, res),
+                    Pending::Ctrl(_) => Step::Finished,
+                };
+                if step == Step::Finished {
+                    if let Some(ep) = self.eps.get_mut(id) {
+                        ep.queue.pop_front();
+                    }
+                }
+                step
+            }
+        };
+        match step {
+            Step::Blocked => self.blocked(id, tx.lane),
+            _ => Flow::Continue,
+        }
+    }
+}
