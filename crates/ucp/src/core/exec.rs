@@ -227,7 +227,7 @@ impl Core {
                 let kept = s.keep.borrow_mut().take();
                 let Some(core) = core.upgrade() else { return };
                 if let Some(what) = done {
-                    core.with_engine(|e| e.zc_done(what, st));
+                    core.with_engine(|e| e.sh.zc_done(what, st));
                 }
                 drop(kept);
                 if let Some(comp) = me.upgrade() {

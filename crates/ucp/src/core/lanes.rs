@@ -315,7 +315,7 @@ impl Core {
     /// Lanes of an endpoint with their transports (`ucp_ep_query`).
     pub(crate) fn ep_query(&self, id: Id) -> UcsResult<EpInfo> {
         let e = self.engine.borrow();
-        let ep = e.eps.get(id).ok_or(Status::InvalidParam)?;
+        let ep = e.sh.eps.get(id).ok_or(Status::InvalidParam)?;
         let mut lanes = Vec::new();
         let mut add = |usage: &'static str, p: LanePair| {
             let r = &self.address.ifaces[p.local];

@@ -101,7 +101,7 @@ impl Core {
                 Vec::new()
             });
             let mut engine = engine;
-            engine.local.packed = Rc::from(&packed[..]);
+            engine.sh.local.packed = Rc::from(&packed[..]);
             Core {
                 ctx: ctx.clone(),
                 uct,
@@ -156,11 +156,14 @@ impl Core {
             Action::ConnectP2p { ep, addrs } => {
                 let found = {
                     let e = self.engine.borrow();
-                    e.eps.get(ep).map(|s| (s.io.clone(), s.remote.clone()))
+                    e.sh.eps.get(ep).map(|s| (s.io.clone(), s.remote.clone()))
                 };
                 if let Some((io, remote)) = found {
                     let r = self.connect_p2p(&io, &remote, &addrs);
-                    self.with_engine(|e| e.p2p_connected(ep, r));
+                    self.with_engine(|e| match r {
+                        Ok(()) => e.conn.p2p_connected(&mut e.sh, ep),
+                        Err(err) => e.on_ep_error(ep, err),
+                    });
                 }
             }
             Action::Release { io, parked } => {
@@ -171,7 +174,7 @@ impl Core {
             }
             Action::Unpark(io) => io.unpark(),
             Action::CheckPeer(id) => {
-                let io = self.engine.borrow().eps.get(id).map(|s| s.io.clone());
+                let io = self.engine.borrow().sh.eps.get(id).map(|s| s.io.clone());
                 if let Some(io) = io {
                     if let Some(status) = io.uct_eps.iter().find_map(|l| l.ep.check(None).err()) {
                         self.on_ep_error(id, status);
@@ -187,11 +190,11 @@ impl Core {
     pub fn flush(&self, id: Id) -> usize {
         let mut n = 0;
         loop {
-            let tx = self.engine.borrow_mut().next_tx(id);
+            let tx = self.engine.borrow_mut().sh.next_tx(id);
             let Some(tx) = tx else { return n };
             let res = self.exec(&tx);
             let io = tx.io.clone();
-            let flow = self.with_engine(|e| e.tx_done(id, tx, res));
+            let flow = self.with_engine(|e| e.sh.tx_done(id, tx, res));
             match flow {
                 Flow::Continue => n += 1,
                 Flow::Blocked(lane) => {
@@ -206,22 +209,22 @@ impl Core {
     /// queue, unless it is replaying from that wake already (which stays queued) or the lane
     /// has resources by now (then progress retries it).
     fn park(&self, id: Id, io: &EpLanes, lane: Lane) {
-        if self.engine.borrow().waking(id) {
+        if self.engine.borrow().sh.waking(id) {
             return;
         }
         if io.park(lane, &self.weak) {
-            self.engine.borrow_mut().parked(id);
+            self.engine.borrow_mut().sh.parked(id);
         }
     }
 
     /// The lane a parked endpoint waits on has resources again: replays its queue. True when
     /// the endpoint stays parked.
     pub fn unpark(&self, id: Id) -> bool {
-        if !self.engine.borrow_mut().wake_begin(id) {
+        if !self.engine.borrow_mut().sh.wake_begin(id) {
             return false;
         }
         self.flush(id);
-        self.with_engine(|e| e.wake_end(id))
+        self.with_engine(|e| e.sh.wake_end(id))
     }
 
     /// A transport reported a failed endpoint.
@@ -231,13 +234,13 @@ impl Core {
 
     /// A peer's request names no endpoint here: builds one for it.
     fn accept(&self, req: AcceptReq) {
-        let id = self.engine.borrow().eps.next_id();
+        let id = self.engine.borrow().sh.eps.next_id();
         match self.build_lanes(&req.remote, id) {
             Ok(b) => {
                 let st =
                     EpState::new(Rc::new(b.lanes), req.remote.clone(), req.conn_sn, b.cfg, b.selection, b.p2p_addrs);
                 self.with_engine(|e| {
-                    let got = e.accept(req, st);
+                    let got = e.conn.accept(&mut e.sh, req, st);
                     debug_assert_eq!(got, id, "the endpoint took another id than its lanes were given");
                 });
             }
@@ -255,7 +258,7 @@ impl Core {
             n += self.poll_idle();
             self.timers();
         }
-        if self.engine.borrow().needs_progress() {
+        if self.engine.borrow().sh.needs_progress() {
             n += self.progress_queues();
         }
         n
@@ -276,18 +279,18 @@ impl Core {
     /// Gives the engine the time, when it waits for some.
     #[cold]
     fn timers(&self) {
-        let due = self.engine.borrow().keepalive.next_timeout();
+        let due = self.engine.borrow().sh.keepalive.next_timeout();
         if let Some(due) = due {
             let now = ucs::time::now();
             if now >= due {
-                self.with_engine(|e| e.on_timer(now));
+                self.with_engine(|e| e.sh.on_timer(now));
             }
         }
     }
 
     /// Makes the next progress call run a keepalive round (the wakeup timer fired).
     pub fn keepalive_now(&self) {
-        self.engine.borrow_mut().keepalive.force();
+        self.engine.borrow_mut().sh.keepalive.force();
         self.idle_polls.set(IDLE_POLL_EVERY - 1);
     }
 
@@ -296,12 +299,12 @@ impl Core {
     fn progress_queues(&self) -> usize {
         let mut n = 0;
         let mut list = std::mem::take(&mut *self.retry.borrow_mut());
-        self.engine.borrow_mut().take_retry(&mut list);
+        self.engine.borrow_mut().sh.take_retry(&mut list);
         for &id in &list {
             n += self.flush(id);
         }
         *self.retry.borrow_mut() = list;
-        let closing = std::mem::take(&mut self.engine.borrow_mut().closing);
+        let closing = std::mem::take(&mut self.engine.borrow_mut().sh.closing);
         for rid in closing {
             let polled = self.with_engine(|e| e.close_poll(rid));
             match polled {
@@ -310,7 +313,7 @@ impl Core {
                     self.with_engine(|e| e.close_flushed(ep, rid));
                     n += 1;
                 }
-                Some(_) => self.engine.borrow_mut().closing.push(rid),
+                Some(_) => self.engine.borrow_mut().sh.closing.push(rid),
             }
         }
         n
@@ -339,9 +342,10 @@ impl Core {
     #[inline(always)]
     pub fn on_eager(&self, m: uct::AmRecv<'_>) {
         let (d, more) = {
-            let mut e = self.engine.borrow_mut();
-            let d = e.on_eager(m);
-            (d, e.has_actions())
+            let mut guard = self.engine.borrow_mut();
+            let e = &mut *guard;
+            let d = e.tag.on_eager(&mut e.sh, m);
+            (d, e.sh.has_actions())
         };
         if let Some(d) = d {
             d.run();

@@ -69,7 +69,7 @@ impl Core {
         let (io, proto) = {
             let mut guard = self.engine.borrow_mut();
             let e = &mut *guard;
-            let Some(ep) = e.eps.get(ep_id) else { return no_endpoint(ep_id) };
+            let Some(ep) = e.sh.eps.get(ep_id) else { return no_endpoint(ep_id) };
             let proto =
                 select(&ep.cfg, Op { kind: tag_kind(sync), len: buf.len(), contig: buf.contig_seg().is_some() });
             let direct_ok = matches!(proto, Proto::EagerShort | Proto::EagerBcopy)
@@ -81,7 +81,7 @@ impl Core {
                 return self.tag_send_slow(ep_id, buf, tag, sync, param, proto);
             }
             // Counted now, under this borrow; uncounted if the lane refuses.
-            *counter(&mut e.counts, proto) += 1;
+            *counter(&mut e.sh.counts, proto) += 1;
             (ep.io.clone(), proto)
         };
         match direct(&io, proto, &buf, tag) {
@@ -104,10 +104,11 @@ impl Core {
         proto: Proto,
         r: ucs::OpResult,
     ) -> UcsResult<Option<Id>> {
-        *counter(&mut self.engine.borrow_mut().counts, proto) -= 1;
+        *counter(&mut self.engine.borrow_mut().sh.counts, proto) -= 1;
         match r {
             Ok(Outcome::NoResource) => {
-                let rid = self.with_engine(|e| e.tag_send_req_blocked(ep_id, buf, tag, param, proto))?;
+                let rid =
+                    self.with_engine(|e| crate::tag::send::send_req_blocked(&mut e.sh, ep_id, buf, tag, param, proto))?;
                 self.park_after_refusal(ep_id, io);
                 Ok(Some(rid))
             }
@@ -119,7 +120,7 @@ impl Core {
     /// Parks an endpoint whose AM lane refused a direct send.
     fn park_after_refusal(&self, ep_id: Id, io: &EpLanes) {
         if io.park(Lane::Am, &self.weak) {
-            self.engine.borrow_mut().parked(ep_id);
+            self.engine.borrow_mut().sh.parked(ep_id);
         }
     }
 
@@ -138,7 +139,7 @@ impl Core {
     ) -> UcsResult<Option<Id>> {
         let (error, replay) = {
             let e = self.engine.borrow();
-            let Some(ep) = e.eps.get(ep_id) else { return no_endpoint(ep_id) };
+            let Some(ep) = e.sh.eps.get(ep_id) else { return no_endpoint(ep_id) };
             let replay = ep.status == crate::engine::EpStatus::Connected
                 && ep.park == crate::engine::Park::No
                 && !ep.busy
@@ -156,9 +157,9 @@ impl Core {
             if direct_ok {
                 let ready = {
                     let mut e = self.engine.borrow_mut();
-                    let io = e.eps.get(ep_id).filter(|ep| ep.ready()).map(|ep| ep.io.clone());
+                    let io = e.sh.eps.get(ep_id).filter(|ep| ep.ready()).map(|ep| ep.io.clone());
                     if io.is_some() {
-                        *counter(&mut e.counts, proto) += 1;
+                        *counter(&mut e.sh.counts, proto) += 1;
                     }
                     io
                 };
@@ -170,34 +171,39 @@ impl Core {
                 }
             }
         }
-        let rid = self.with_engine(|e| e.tag_send_req(ep_id, buf, tag, sync, param, proto))?;
+        let rid = self.with_engine(|e| crate::tag::send::send_req(&mut e.sh, ep_id, buf, tag, sync, param, proto))?;
         Ok(Some(rid))
     }
 
     /// Posts a tagged receive.
     #[inline(always)]
     pub fn tag_recv(&self, buf: UserBuf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
-        self.with_engine(|e| e.tag_recv(buf, tag, mask, param))
+        self.with_engine(|e| e.tag.tag_recv(&mut e.sh, buf, tag, mask, param))
     }
 
     /// Looks at the unexpected queue (`ucp_tag_probe_nb`).
     pub fn probe(&self, tag: Tag, mask: Tag, remove: bool) -> Option<(RecvInfo, Option<Id>)> {
-        self.with_engine(|e| e.probe(tag, mask, remove))
+        self.with_engine(|e| e.tag.probe(tag, mask, remove))
     }
 
     /// Receives a probed message (`ucp_tag_msg_recv_nbx`).
     pub fn msg_recv(&self, buf: UserBuf, msg: Id, param: RequestParam) -> UcsResult<RecvOut> {
-        self.with_engine(|e| e.msg_recv(buf, msg, param))
+        self.with_engine(|e| e.tag.msg_recv(&mut e.sh, buf, msg, param))
     }
 
     /// Creates an endpoint to the worker with packed address `addr`.
     pub fn ep_create(&self, addr: &[u8]) -> UcsResult<Id> {
         let remote = WorkerAddress::unpack(addr)?;
-        let sn = match self.engine.borrow_mut().connect_begin(remote.uuid) {
+        let begun = {
+            let mut e = self.engine.borrow_mut();
+            let e = &mut *e;
+            e.conn.connect_begin(&e.sh, remote.uuid)
+        };
+        let sn = match begun {
             Connect::Claimed(id) => return Ok(id),
             Connect::New(sn) => sn,
         };
-        let id = self.engine.borrow().eps.next_id();
+        let id = self.engine.borrow().sh.eps.next_id();
         let b = self.build_lanes(&remote, id)?;
         // The request must fit the wireup lane in one message (no addresses: one count byte).
         let need = WireupMsg::FIXED + 4 + self.packed.len() + b.p2p_addrs.len().max(1);
@@ -213,7 +219,7 @@ impl Core {
             return Err(Status::ExceedsLimit);
         }
         let st = EpState::new(Rc::new(b.lanes), remote, sn, b.cfg, b.selection, b.p2p_addrs);
-        let got = self.with_engine(|e| e.connect(st));
+        let got = self.with_engine(|e| e.conn.connect(&mut e.sh, st));
         debug_assert_eq!(got, id, "the endpoint took another id than its lanes were given");
         Ok(got)
     }
@@ -221,7 +227,7 @@ impl Core {
     /// Starts closing endpoint `id`; the close request.
     pub fn ep_close(&self, id: Id, force: bool) -> Id {
         self.with_engine(|e| {
-            let rid = e.reqs.tab.insert(ReqState::new(
+            let rid = e.sh.reqs.tab.insert(ReqState::new(
                 ReqKind::Close(crate::request::CloseReq { ep: id }),
                 None,
                 None,
@@ -235,18 +241,18 @@ impl Core {
     /// Status and receive info of a request.
     #[inline]
     pub fn req_status(&self, id: Id) -> (Status, RecvInfo) {
-        self.engine.borrow().reqs.status(id)
+        self.engine.borrow().sh.reqs.status(id)
     }
 
     /// The user dropped a request handle.
     #[inline]
     pub fn req_release(&self, id: Id) {
-        self.with_engine(|e| e.release(id));
+        self.with_engine(|e| e.sh.release(id));
     }
 
     /// Cancels a posted receive that has not matched.
     pub fn req_cancel(&self, id: Id) {
-        self.with_engine(|e| e.cancel(id));
+        self.with_engine(|e| e.sh.cancel(id));
     }
 }
 

@@ -104,8 +104,8 @@ impl Core {
         let busy = {
             let e = self.engine.borrow();
             let replayable =
-                e.retry.iter().any(|&id| e.eps.get(id).is_some_and(|ep| ep.status != EpStatus::Connecting));
-            replayable || !e.closing.is_empty()
+                e.sh.retry.iter().any(|&id| e.sh.eps.get(id).is_some_and(|ep| ep.status != EpStatus::Connecting));
+            replayable || !e.sh.closing.is_empty()
         };
         if busy {
             return Err(Status::Busy);

@@ -3,6 +3,7 @@
 use uct::AmRecv;
 
 use super::Engine;
+use crate::proto::{eager, rndv};
 use crate::request::complete::Done;
 use crate::wire::{self, Msg};
 
@@ -14,7 +15,7 @@ impl<L: Clone> Engine<L> {
     #[inline(always)]
     pub fn on_am(&mut self, id: u8, m: AmRecv<'_>) -> Option<Done> {
         if id == wire::AM_EAGER_ONLY {
-            return self.on_eager(m);
+            return self.tag.on_eager(&mut self.sh, m);
         }
         self.on_am_other(id, m);
         None
@@ -22,20 +23,21 @@ impl<L: Clone> Engine<L> {
 
     #[inline(never)]
     fn on_am_other(&mut self, id: u8, m: AmRecv<'_>) {
+        let (sh, tag) = (&mut self.sh, &mut self.tag);
         if id == wire::AM_EAGER_SYNC_ONLY {
             // It keeps its transport buffer when unexpected: it takes `m`.
-            return self.on_eager_sync(m);
+            return tag.on_eager_sync(sh, m);
         }
         match Msg::decode(id, m.data()) {
-            Ok(Msg::EagerFirst(h, payload)) => self.on_eager_first(h, payload),
-            Ok(Msg::EagerMiddle(h, payload)) => self.on_eager_middle(h, payload),
-            Ok(Msg::SyncAck(h)) => self.on_sync_ack(h),
-            Ok(Msg::Rts(h)) => self.on_rts(h),
-            Ok(Msg::Ats(h)) => self.on_ats(h),
-            Ok(Msg::Rtr(h)) => self.on_rtr(h),
-            Ok(Msg::RndvData(h, payload)) => self.on_rndv_data(h, payload),
-            Ok(Msg::Atp(h)) => self.on_atp(h),
-            Ok(Msg::Wireup(w)) => self.on_wireup(&w),
+            Ok(Msg::EagerFirst(h, payload)) => tag.on_eager_first(sh, h, payload),
+            Ok(Msg::EagerMiddle(h, payload)) => tag.on_eager_middle(sh, h, payload),
+            Ok(Msg::Rts(h)) => tag.on_rts(sh, h),
+            Ok(Msg::SyncAck(h)) => eager::on_sync_ack(sh, h),
+            Ok(Msg::Ats(h)) => rndv::on_ats(sh, h),
+            Ok(Msg::Rtr(h)) => rndv::on_rtr(sh, h),
+            Ok(Msg::RndvData(h, payload)) => rndv::on_data(sh, h, payload),
+            Ok(Msg::Atp(h)) => rndv::on_atp(sh, h),
+            Ok(Msg::Wireup(w)) => self.conn.on_wireup(sh, &w),
             Ok(Msg::Eager(h, _)) => tracing::warn!("ucp: eager message {:#x} on the wrong id; dropped", h.tag),
             Ok(Msg::EagerSync(h, _)) => tracing::warn!("ucp: eager sync message {:#x} on the wrong id; dropped", h.tag),
             Err(e) => malformed(e),

@@ -17,10 +17,9 @@ use std::collections::VecDeque;
 use ucs::idtable::Id;
 use ucs::Status;
 
-use super::{Action, Engine, Flow, Lane, Pending};
+use super::{Action, Flow, Lane, Pending, Shared};
 use crate::proto::config::EpConfig;
 use crate::request::ReqKind;
-use crate::tag::FragTarget;
 use crate::wire::Ctrl;
 use crate::wireup::address::WorkerAddress;
 use crate::wireup::lanes::Lanes;
@@ -142,7 +141,7 @@ impl<L> EpState<L> {
     }
 }
 
-impl<L: Clone> Engine<L> {
+impl<L: Clone> Shared<L> {
     /// Inserts an endpoint the driver built; its id.
     pub fn insert_ep(&mut self, st: EpState<L>) -> Id {
         self.eps.insert(st)
@@ -255,24 +254,11 @@ impl<L: Clone> Engine<L> {
 
     // ---- failure and close --------------------------------------------------------------------
 
-    /// A transport reported a failed endpoint (or keepalive found its peer dead): the endpoint
-    /// fails, and its requests with it.
-    pub fn on_ep_error(&mut self, id: Id, status: Status) {
-        let Some(ep) = self.eps.get_mut(id) else { return };
-        if matches!(ep.status, EpStatus::Failed(_) | EpStatus::Closed) {
-            return;
-        }
-        tracing::warn!("ucp endpoint to {} failed: {status}", ep.remote.name);
-        ep.status = EpStatus::Failed(status);
-        self.fail_ep_requests(id, status);
-    }
-
-    /// Completes every request of endpoint `id` with `status`: its sends, and the receives
-    /// that wait for more data from its peer (rendezvous after the match, and partly arrived
-    /// multi-fragment messages) - except those with a zero-copy operation in flight, which
+    /// Completes every request of endpoint `id` with `status`: its sends, the receives that
+    /// wait for more data from its peer (rendezvous after the match) and `partial` (receives
+    /// of partly arrived messages) - except those with a zero-copy operation in flight, which
     /// the transport completes (with an error) first, since it may still access their memory.
-    /// Partly arrived unexpected messages from the peer are dropped.
-    pub fn fail_ep_requests(&mut self, id: Id, status: Status) {
+    pub fn fail_ep_requests(&mut self, id: Id, status: Status, partial: Vec<Id>) {
         let Some(ep) = self.eps.get_mut(id) else { return };
         if ep.park != Park::No {
             ep.park = Park::No;
@@ -282,7 +268,6 @@ impl<L: Clone> Engine<L> {
         let Some(ep) = self.eps.get_mut(id) else { return };
         ep.queue.clear();
         ep.wireup_q.clear();
-        let name = ep.remote.name.clone();
         let mut mine: Vec<Id> = self
             .reqs
             .tab
@@ -300,46 +285,16 @@ impl<L: Clone> Engine<L> {
             })
             .map(|(rid, _)| rid)
             .collect();
-        for target in self.tag.take_frags_of(id.raw()) {
-            match target {
-                FragTarget::Req(rid) => mine.push(rid),
-                FragTarget::Unexp(h) => {
-                    tracing::warn!("ucp: dropping a partly arrived message from {name} ({status})");
-                    drop(self.tag.unexp.take(h));
-                }
-                FragTarget::Probed(pid) => {
-                    tracing::warn!("ucp: dropping a partly arrived probed message from {name} ({status})");
-                    drop(self.tag.probed.remove(pid));
-                }
-            }
-        }
+        mine.extend(partial);
         for rid in mine {
             self.finish(rid, status);
         }
     }
 
-    /// Starts closing endpoint `id` for close request `rid`. Force (or a failed endpoint):
-    /// every outstanding operation completes with `Canceled` and the endpoint goes now. Flush:
-    /// queued and outstanding operations finish, the transports flush (driven by progress,
-    /// [`Engine::close_poll`]), then the endpoint goes.
-    pub fn ep_close(&mut self, id: Id, force: bool, rid: Id) {
-        let Some(ep) = self.eps.get_mut(id) else {
-            self.finish(rid, Status::Ok);
-            return;
-        };
-        if force || ep.error().is_some() {
-            ep.status = EpStatus::Closed;
-            self.fail_ep_requests(id, Status::Canceled);
-            self.ep_destroy(id);
-            self.finish(rid, Status::Ok);
-        } else {
-            self.closing.push(rid);
-        }
-    }
-
-    /// Where the close request `rid` stands: `None` when it finished here (the endpoint went
-    /// or failed), else whether its endpoint is idle, with its lanes for the driver to flush.
-    pub fn close_poll(&mut self, rid: Id) -> Option<(Id, Option<L>)> {
+    /// Where the close request `rid` stands: `None` when it finished here (its endpoint is
+    /// gone), `Err` with the endpoint when that failed (it goes now), else whether the endpoint
+    /// is idle, with its lanes for the driver to flush.
+    pub fn close_poll(&mut self, rid: Id) -> Option<Result<(Id, Option<L>), Id>> {
         let ep_id = match self.reqs.tab.get(rid) {
             Some(crate::request::ReqState { kind: ReqKind::Close(c), .. }) => c.ep,
             _ => return None,
@@ -349,9 +304,7 @@ impl<L: Clone> Engine<L> {
             return None;
         };
         if ep.error().is_some() {
-            self.ep_destroy(ep_id);
-            self.finish(rid, Status::Ok);
-            return None;
+            return Some(Err(ep_id));
         }
         let busy =
             !ep.queue.is_empty()
@@ -360,34 +313,15 @@ impl<L: Clone> Engine<L> {
                 || self.reqs.tab.iter().any(|(_, r)| {
                     r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == ep_id)
                 });
-        Some((ep_id, (!busy).then(|| ep.io.clone())))
-    }
-
-    /// The transports of a closing endpoint flushed: it goes, and close request `rid`
-    /// completes.
-    pub fn close_flushed(&mut self, ep_id: Id, rid: Id) {
-        if let Some(ep) = self.eps.get_mut(ep_id) {
-            ep.status = EpStatus::Closed;
-        }
-        self.ep_destroy(ep_id);
-        self.finish(rid, Status::Ok);
+        Some(Ok((ep_id, (!busy).then(|| ep.io.clone()))))
     }
 
     /// Removes endpoint `id`; its lanes go to the driver to drop.
     pub fn ep_destroy(&mut self, id: Id) {
-        self.conn.forget(id);
         self.retry.retain(|e| *e != id);
         if let Some(ep) = self.eps.remove(id) {
             let parked = ep.park != Park::No;
             self.push(Action::Release { io: ep.io, parked });
-        }
-    }
-
-    /// Every endpoint goes (the worker is dropped); their lanes go to the driver.
-    pub fn destroy_all(&mut self) {
-        let ids: Vec<Id> = self.eps.iter().map(|(id, _)| id).collect();
-        for id in ids {
-            self.ep_destroy(id);
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use ucs::idtable::Id;
 
-use super::{Action, Engine, EpStatus};
+use super::{Action, EpStatus, Shared};
 
 /// Keepalive rounds.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ impl Keepalive {
     }
 }
 
-impl<L: Clone> Engine<L> {
+impl<L: Clone> Shared<L> {
     /// Time passed to `now`: runs a keepalive round if one is due.
     pub fn on_timer(&mut self, now: u64) {
         let k = &mut self.keepalive;

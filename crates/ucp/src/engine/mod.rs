@@ -117,16 +117,26 @@ pub(crate) struct Local {
     pub packed: Rc<[u8]>,
 }
 
-/// The engine.
+/// The engine: what every protocol shares, and each family's own state. The families'
+/// event handlers are methods of their state (`TagState` in [`crate::tag`], `ConnMatch` in
+/// [`crate::wireup`]) that take the shared part; the machinery they share works on the
+/// shared part alone ([`crate::proto`]).
 pub(crate) struct Engine<L> {
-    /// Requests, with the queues of posted receives.
-    pub reqs: Reqs,
-    /// The rest of tag matching: unexpected messages, reassembly, probed messages.
+    /// Requests, endpoints, the driver's work.
+    pub sh: Shared<L>,
+    /// Tag matching: unexpected messages, reassembly, probed messages (the posted receives
+    /// live with their requests).
     pub tag: TagState,
-    /// Endpoints' protocol state.
-    pub eps: IdTable<EpState<L>>,
     /// Endpoints created towards each other, matched by wireup.
     pub conn: ConnMatch,
+}
+
+/// What every protocol shares: the requests, the endpoints, and the work for the driver.
+pub(crate) struct Shared<L> {
+    /// Requests, with the queues of posted receives.
+    pub reqs: Reqs,
+    /// Endpoints' protocol state.
+    pub eps: IdTable<EpState<L>>,
     /// This worker.
     pub local: Local,
     /// Work for the driver.
@@ -152,16 +162,113 @@ impl<L: Clone> Engine<L> {
     /// An engine for the worker `local`, with keepalive rounds every `keepalive_ns` (0: none)
     /// over up to `keepalive_eps` endpoints, starting at `now`.
     pub fn new(local: Local, keepalive_ns: u64, keepalive_eps: usize, now: u64) -> UcsResult<Engine<L>> {
+        Ok(Engine {
+            sh: Shared::new(local, keepalive_ns, keepalive_eps, now)?,
+            tag: TagState::default(),
+            conn: ConnMatch::default(),
+        })
+    }
+
+    /// The next piece of work for the driver.
+    #[inline]
+    pub fn pop_action(&mut self) -> Option<Action<L>> {
+        self.sh.pop_action()
+    }
+
+    /// Whether work waits for the driver.
+    #[inline(always)]
+    pub fn has_actions(&self) -> bool {
+        self.sh.has_actions()
+    }
+
+    /// A transport reported a failed endpoint (or keepalive found its peer dead): the
+    /// endpoint fails, and its requests with it - its sends, the receives that wait for more
+    /// of its data; partly arrived unexpected messages from it are dropped.
+    pub fn on_ep_error(&mut self, id: Id, status: Status) {
+        let Some(ep) = self.sh.eps.get_mut(id) else { return };
+        if matches!(ep.status, EpStatus::Failed(_) | EpStatus::Closed) {
+            return;
+        }
+        tracing::warn!("ucp endpoint to {} failed: {status}", ep.remote.name);
+        ep.status = EpStatus::Failed(status);
+        self.fail_ep(id, status);
+    }
+
+    /// Completes every request waiting for endpoint `id` with `status`.
+    fn fail_ep(&mut self, id: Id, status: Status) {
+        let name = self.sh.eps.get(id).map(|e| e.remote.name.clone()).unwrap_or_default();
+        let partial = self.tag.ep_failed(id.raw(), &name, status);
+        self.sh.fail_ep_requests(id, status, partial);
+    }
+
+    /// Starts closing endpoint `id` for close request `rid`. Force (or a failed endpoint):
+    /// every outstanding operation completes with `Canceled` and the endpoint goes now. Flush:
+    /// queued and outstanding operations finish, the transports flush (driven by progress,
+    /// [`Engine::close_poll`]), then the endpoint goes.
+    pub fn ep_close(&mut self, id: Id, force: bool, rid: Id) {
+        let Some(ep) = self.sh.eps.get_mut(id) else {
+            self.sh.finish(rid, Status::Ok);
+            return;
+        };
+        if force || ep.error().is_some() {
+            ep.status = EpStatus::Closed;
+            self.fail_ep(id, Status::Canceled);
+            self.ep_destroy(id);
+            self.sh.finish(rid, Status::Ok);
+        } else {
+            self.sh.closing.push(rid);
+        }
+    }
+
+    /// Where the close request `rid` stands: `None` when it finished here (the endpoint went
+    /// or failed), else whether its endpoint is idle, with its lanes for the driver to flush.
+    pub fn close_poll(&mut self, rid: Id) -> Option<(Id, Option<L>)> {
+        match self.sh.close_poll(rid)? {
+            Ok(polled) => Some(polled),
+            Err(ep_id) => {
+                self.ep_destroy(ep_id);
+                self.sh.finish(rid, Status::Ok);
+                None
+            }
+        }
+    }
+
+    /// The transports of a closing endpoint flushed: it goes, and close request `rid`
+    /// completes.
+    pub fn close_flushed(&mut self, ep_id: Id, rid: Id) {
+        if let Some(ep) = self.sh.eps.get_mut(ep_id) {
+            ep.status = EpStatus::Closed;
+        }
+        self.ep_destroy(ep_id);
+        self.sh.finish(rid, Status::Ok);
+    }
+
+    /// Removes endpoint `id`; its lanes go to the driver to drop.
+    pub fn ep_destroy(&mut self, id: Id) {
+        self.conn.forget(id);
+        self.sh.ep_destroy(id);
+    }
+
+    /// Every endpoint goes (the worker is dropped); their lanes go to the driver.
+    pub fn destroy_all(&mut self) {
+        let ids: Vec<Id> = self.sh.eps.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            self.ep_destroy(id);
+        }
+    }
+}
+
+impl<L: Clone> Shared<L> {
+    /// The shared state of an engine for the worker `local` (see [`Engine::new`]).
+    fn new(local: Local, keepalive_ns: u64, keepalive_eps: usize, now: u64) -> UcsResult<Shared<L>> {
         let zc_pool = ucs::mpool::ObjPool::new(ZC_POOL_CHUNK, usize::MAX)?;
         let mut kp = ucs::mpool::MpoolParams::new(KEPT_MSG_SIZE);
         kp.elems_per_chunk = 64;
         kp.name = "ucp_kept_msgs";
         let kept_msgs = Rc::new(ucs::mpool::MemPool::new(kp, Box::new(ucs::mpool::HeapChunkAlloc))?);
-        Ok(Engine {
+        Ok(Shared {
             reqs: Reqs::default(),
-            tag: TagState::default(),
             eps: IdTable::new(),
-            conn: ConnMatch::default(),
             next_msg_id: local.uuid.rotate_left(17),
             local,
             actions: VecDeque::new(),

@@ -12,7 +12,7 @@ use ucs::idtable::Id;
 use ucs::Status;
 
 use super::select::{rts_offer, Proto};
-use crate::engine::{Engine, EpState, Lane, Mem, Next, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::engine::{EpState, Lane, Mem, Next, Shared, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendPhase};
 use crate::tag::matcher::Tag;
 use crate::wire::DataHdr;
@@ -137,161 +137,164 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     }
 }
 
-impl<L: Clone> Engine<L> {
-    /// The driver sent piece `[offset, offset + n)` of send `rid` (`op`), or could not.
-    pub(crate) fn send_done(&mut self, rid: Id, offset: usize, n: usize, op: &TxOp, res: TxResult) -> Step {
-        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid)
-        else {
-            return Step::Finished;
-        };
-        if let Some(m) = res.memh {
-            zc_mut(&self.zc_pool, &mut s.zc).memh = Some(m);
-        }
-        let started = match res.status {
-            TxStatus::NoResource => {
-                if matches!(op, TxOp::Rts { .. }) && s.phase == (SendPhase::Rts { sent: false }) {
-                    s.phase = SendPhase::Queued;
-                }
-                return Step::Blocked;
+/// The driver sent piece `[offset, offset + n)` of send `rid` (`op`), or could not.
+pub(crate) fn send_done<L: Clone>(
+    sh: &mut Shared<L>,
+    rid: Id,
+    offset: usize,
+    n: usize,
+    op: &TxOp,
+    res: TxResult,
+) -> Step {
+    let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = sh.reqs.tab.get_mut(rid) else {
+        return Step::Finished;
+    };
+    if let Some(m) = res.memh {
+        zc_mut(&sh.zc_pool, &mut s.zc).memh = Some(m);
+    }
+    let started = match res.status {
+        TxStatus::NoResource => {
+            if matches!(op, TxOp::Rts { .. }) && s.phase == (SendPhase::Rts { sent: false }) {
+                s.phase = SendPhase::Queued;
             }
-            TxStatus::Failed(e) => {
-                self.finish(rid, e);
+            return Step::Blocked;
+        }
+        TxStatus::Failed(e) => {
+            sh.finish(rid, e);
+            return Step::Finished;
+        }
+        TxStatus::Done => false,
+        TxStatus::Started => true,
+    };
+    let (total, sync, first) = (s.buf.len(), s.sync, offset == 0);
+    let end = offset + n;
+    match (op, s.phase) {
+        (TxOp::Short { .. }, SendPhase::Queued) => {
+            sh.counts.eager_short += 1;
+            sent_all(sh, rid);
+            Step::Finished
+        }
+        (TxOp::Bcopy { .. }, SendPhase::Queued) => {
+            if sync {
+                sh.counts.eager_sync += 1;
+            } else {
+                sh.counts.eager_bcopy += 1;
+            }
+            sent_all(sh, rid);
+            Step::Finished
+        }
+        (TxOp::Rts { .. }, phase) => {
+            // The answer may have come during the send, and moved the phase on.
+            if phase == (SendPhase::Rts { sent: false }) {
+                s.phase = SendPhase::Rts { sent: true };
+            }
+            Step::Finished
+        }
+        (TxOp::Bcopy { .. }, SendPhase::Frags { msg_id, .. }) => {
+            if first {
+                sh.counts.eager_multi += 1;
+                sh.counts.eager_sync += sync as u64;
+            }
+            if end >= total {
+                sent_all(sh, rid);
                 return Step::Finished;
             }
-            TxStatus::Done => false,
-            TxStatus::Started => true,
-        };
-        let (total, sync, first) = (s.buf.len(), s.sync, offset == 0);
-        let end = offset + n;
-        match (op, s.phase) {
-            (TxOp::Short { .. }, SendPhase::Queued) => {
-                self.counts.eager_short += 1;
-                self.sent_all(rid);
-                Step::Finished
-            }
-            (TxOp::Bcopy { .. }, SendPhase::Queued) => {
-                if sync {
-                    self.counts.eager_sync += 1;
-                } else {
-                    self.counts.eager_bcopy += 1;
-                }
-                self.sent_all(rid);
-                Step::Finished
-            }
-            (TxOp::Rts { .. }, phase) => {
-                // The answer may have come during the send, and moved the phase on.
-                if phase == (SendPhase::Rts { sent: false }) {
-                    s.phase = SendPhase::Rts { sent: true };
-                }
-                Step::Finished
-            }
-            (TxOp::Bcopy { .. }, SendPhase::Frags { msg_id, .. }) => {
-                if first {
-                    self.counts.eager_multi += 1;
-                    self.counts.eager_sync += sync as u64;
-                }
-                if end >= total {
-                    self.sent_all(rid);
-                    return Step::Finished;
-                }
-                s.phase = SendPhase::Frags { offset: end, msg_id };
-                Step::More
-            }
-            (TxOp::AmZcopy { .. }, SendPhase::Zcopy { msg_id, .. }) => {
-                let z = zc_mut(&self.zc_pool, &mut s.zc);
-                z.inflight += started as u32;
-                let idle = z.inflight == 0;
-                s.phase = SendPhase::Zcopy { offset: end, msg_id };
-                if first {
-                    self.counts.eager_zcopy += 1;
-                    self.counts.eager_sync += sync as u64;
-                }
-                if end < total {
-                    return Step::More;
-                }
-                if idle {
-                    self.zcopy_sent(rid);
-                }
-                Step::Finished
-            }
-            (TxOp::Bcopy { .. }, SendPhase::RndvFrags { rreq, .. }) => {
-                if end >= total {
-                    self.finish(rid, Status::Ok);
-                    return Step::Finished;
-                }
-                s.phase = SendPhase::RndvFrags { rreq, offset: end };
-                Step::More
-            }
-            _ => Step::Finished,
+            s.phase = SendPhase::Frags { offset: end, msg_id };
+            Step::More
         }
+        (TxOp::AmZcopy { .. }, SendPhase::Zcopy { msg_id, .. }) => {
+            let z = zc_mut(&sh.zc_pool, &mut s.zc);
+            z.inflight += started as u32;
+            let idle = z.inflight == 0;
+            s.phase = SendPhase::Zcopy { offset: end, msg_id };
+            if first {
+                sh.counts.eager_zcopy += 1;
+                sh.counts.eager_sync += sync as u64;
+            }
+            if end < total {
+                return Step::More;
+            }
+            if idle {
+                zcopy_sent(sh, rid);
+            }
+            Step::Finished
+        }
+        (TxOp::Bcopy { .. }, SendPhase::RndvFrags { rreq, .. }) => {
+            if end >= total {
+                sh.finish(rid, Status::Ok);
+                return Step::Finished;
+            }
+            s.phase = SendPhase::RndvFrags { rreq, offset: end };
+            Step::More
+        }
+        _ => Step::Finished,
     }
+}
 
-    /// Every byte of an eager send went out: done, or wait for the acknowledgement of a
-    /// synchronous one (unless it came already, which a loop-back transport makes possible).
-    pub(crate) fn sent_all(&mut self, rid: Id) {
-        if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.tab.get_mut(rid) {
-            if s.sync && !s.acked {
-                s.phase = SendPhase::WaitAck;
-                return;
-            }
-        }
-        self.finish(rid, Status::Ok);
-    }
-
-    /// Every eager zero-copy fragment of send `rid` completed.
-    fn zcopy_sent(&mut self, rid: Id) {
-        let error = match self.reqs.tab.get(rid) {
-            Some(ReqState { kind: ReqKind::Send(s), .. }) => s.zc.as_ref().and_then(|z| z.error),
-            _ => return,
-        };
-        match error {
-            Some(e) => self.finish(rid, e),
-            None => self.sent_all(rid),
-        }
-    }
-
-    /// An eager zero-copy fragment of send `rid` completed with `status`. The send completes
-    /// once every fragment was posted and completed - or, when its endpoint failed (which
-    /// leaves a send with fragments in flight to them), once the last one in flight completed.
-    pub(crate) fn eager_frag_done(&mut self, rid: Id, status: Status) {
-        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = self.reqs.tab.get_mut(rid)
-        else {
-            return;
-        };
-        let total = s.buf.len();
-        let posted_all = matches!(s.phase, SendPhase::Zcopy { offset, .. } if offset >= total);
-        let ep_error = match self.eps.get(s.ep) {
-            Some(ep) => ep.error(),
-            None => Some(Status::Canceled),
-        };
-        let z = zc_mut(&self.zc_pool, &mut s.zc);
-        z.inflight = z.inflight.saturating_sub(1);
-        if status.is_err() && z.error.is_none() {
-            z.error = Some(status);
-        }
-        if z.inflight > 0 {
+/// Every byte of an eager send went out: done, or wait for the acknowledgement of a
+/// synchronous one (unless it came already, which a loop-back transport makes possible).
+pub(crate) fn sent_all<L: Clone>(sh: &mut Shared<L>, rid: Id) {
+    if let Some(ReqState { kind: ReqKind::Send(s), .. }) = sh.reqs.tab.get_mut(rid) {
+        if s.sync && !s.acked {
+            s.phase = SendPhase::WaitAck;
             return;
         }
-        if let (false, Some(e)) = (posted_all, ep_error) {
-            z.error.get_or_insert(e);
-        } else if !posted_all {
-            return;
-        }
-        self.zcopy_sent(rid);
     }
+    sh.finish(rid, Status::Ok);
+}
 
-    /// The receiver matched synchronous send `h.sreq`.
-    pub(crate) fn on_sync_ack(&mut self, h: wire::SyncAck) {
-        let Some(id) = self.sreq_from_wire(h.sreq, "sync ack") else { return };
-        let done = match self.reqs.tab.get_mut(id) {
-            Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync && !s.acked => {
-                s.acked = true;
-                s.phase == SendPhase::WaitAck
-            }
-            _ => false,
-        };
-        if done {
-            self.finish(id, Status::Ok);
+/// Every eager zero-copy fragment of send `rid` completed.
+fn zcopy_sent<L: Clone>(sh: &mut Shared<L>, rid: Id) {
+    let error = match sh.reqs.tab.get(rid) {
+        Some(ReqState { kind: ReqKind::Send(s), .. }) => s.zc.as_ref().and_then(|z| z.error),
+        _ => return,
+    };
+    match error {
+        Some(e) => sh.finish(rid, e),
+        None => sent_all(sh, rid),
+    }
+}
+
+/// An eager zero-copy fragment of send `rid` completed with `status`. The send completes
+/// once every fragment was posted and completed - or, when its endpoint failed (which
+/// leaves a send with fragments in flight to them), once the last one in flight completed.
+pub(crate) fn frag_done<L: Clone>(sh: &mut Shared<L>, rid: Id, status: Status) {
+    let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = sh.reqs.tab.get_mut(rid) else {
+        return;
+    };
+    let total = s.buf.len();
+    let posted_all = matches!(s.phase, SendPhase::Zcopy { offset, .. } if offset >= total);
+    let ep_error = match sh.eps.get(s.ep) {
+        Some(ep) => ep.error(),
+        None => Some(Status::Canceled),
+    };
+    let z = zc_mut(&sh.zc_pool, &mut s.zc);
+    z.inflight = z.inflight.saturating_sub(1);
+    if status.is_err() && z.error.is_none() {
+        z.error = Some(status);
+    }
+    if z.inflight > 0 {
+        return;
+    }
+    if let (false, Some(e)) = (posted_all, ep_error) {
+        z.error.get_or_insert(e);
+    } else if !posted_all {
+        return;
+    }
+    zcopy_sent(sh, rid);
+}
+
+/// The receiver matched synchronous send `h.sreq`.
+pub(crate) fn on_sync_ack<L: Clone>(sh: &mut Shared<L>, h: wire::SyncAck) {
+    let Some(id) = sh.sreq_from_wire(h.sreq, "sync ack") else { return };
+    let done = match sh.reqs.tab.get_mut(id) {
+        Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync && !s.acked => {
+            s.acked = true;
+            s.phase == SendPhase::WaitAck
         }
+        _ => false,
+    };
+    if done {
+        sh.finish(id, Status::Ok);
     }
 }

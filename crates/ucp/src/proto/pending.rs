@@ -1,19 +1,20 @@
 //! An endpoint's queue, served by protocol: the front operation's protocol describes its next
-//! transmission ([`Engine::next_tx`]) and takes the driver's report of it
-//! ([`Engine::tx_done`]). The operation stays at the front until it needs nothing more from
+//! transmission ([`Shared::next_tx`]) and takes the driver's report of it
+//! ([`Shared::tx_done`]). The operation stays at the front until it needs nothing more from
 //! the queue (all its pieces went), so operations never overtake each other.
 
 use ucs::idtable::Id;
+use ucs::Status;
 
 use super::{eager, rndv};
 use crate::engine::ep::{EpStatus, Park};
-use crate::engine::{Action, Engine, Flow, Lane, Next, Pending, Step, Tx, TxOf, TxOp, TxResult, TxStatus};
+use crate::engine::{Action, Flow, Lane, Next, Pending, Shared, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 
-impl<L: Clone> Engine<L> {
+impl<L: Clone> Shared<L> {
     /// The next transmission of endpoint `id`, or `None` when it has nothing to send now (or
     /// one of its transmissions is with the driver already).
     pub fn next_tx(&mut self, id: Id) -> Option<Tx<L>> {
-        let Engine { eps, reqs, actions, .. } = self;
+        let Shared { eps, reqs, actions, .. } = self;
         let ep = eps.get_mut(id)?;
         ep.kicked = false;
         if ep.busy {
@@ -105,10 +106,10 @@ impl<L: Clone> Engine<L> {
                     _ => return Flow::Continue,
                 };
                 let step = match front {
-                    Pending::Send(_) => self.send_done(rid, offset, len, &tx.op, res),
-                    Pending::Rtr(_) => self.rtr_done(rid, res),
-                    Pending::Get(_) => self.get_done(id, rid, res),
-                    Pending::Put(_) => self.put_done(id, rid, res),
+                    Pending::Send(_) => eager::send_done(self, rid, offset, len, &tx.op, res),
+                    Pending::Rtr(_) => rndv::rtr_done(self, rid, res),
+                    Pending::Get(_) => rndv::get_done(self, id, rid, res),
+                    Pending::Put(_) => rndv::put_done(self, id, rid, res),
                     Pending::Ctrl(_) => Step::Finished,
                 };
                 if step == Step::Finished {
@@ -122,6 +123,15 @@ impl<L: Clone> Engine<L> {
         match step {
             Step::Blocked => self.blocked(id, tx.lane),
             _ => Flow::Continue,
+        }
+    }
+
+    /// A zero-copy operation completed.
+    pub fn zc_done(&mut self, what: ZcDone, status: Status) {
+        match what {
+            ZcDone::EagerFrag { rid } => eager::frag_done(self, rid, status),
+            ZcDone::Get { ep, rid, sreq } => rndv::get_complete(self, ep, rid, sreq, status),
+            ZcDone::Put { ep, sreq, rreq } => rndv::put_complete(self, ep, sreq, rreq, status),
         }
     }
 }

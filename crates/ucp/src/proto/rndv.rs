@@ -12,7 +12,7 @@ use ucs::idtable::Id;
 use ucs::Status;
 
 use super::select::{rndv_scheme, RndvProto};
-use crate::engine::{Engine, EpState, Lane, Mem, Next, Pending, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::engine::{EpState, Lane, Mem, Next, Pending, Shared, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 use crate::request::{zc_mut, PutTarget, ReqKind, ReqState, Reqs, Rts, SendPhase};
 use crate::wire;
 use crate::wire::Ctrl;
@@ -78,232 +78,216 @@ pub(crate) fn put_next<L>(reqs: &mut Reqs, _ep: &EpState<L>, ep_id: Id, sreq: Id
     )
 }
 
-impl<L: Clone> Engine<L> {
-    /// Receive `rid` matched the rendezvous `rts`: take the data by the scheme the endpoint
-    /// and both buffers allow, or answer at once when there is nothing to take.
-    pub(crate) fn rndv_matched(&mut self, rid: Id, rts: Rts) {
-        let Some(ep_id) = self.ep_from_wire(rts.ep, "rndv rts") else {
-            self.finish(rid, Status::ConnectionReset);
-            return;
-        };
-        let Some(ep) = self.eps.get(ep_id) else { return };
-        if let Some(e) = ep.error() {
-            // The sender's endpoint failed after the RTS arrived: no data will come.
-            self.finish(rid, e);
-            return;
+/// Receive `rid` matched the rendezvous `rts`: take the data by the scheme the endpoint
+/// and both buffers allow, or answer at once when there is nothing to take.
+pub(crate) fn matched<L: Clone>(sh: &mut Shared<L>, rid: Id, rts: Rts) {
+    let Some(ep_id) = sh.ep_from_wire(rts.ep, "rndv rts") else {
+        sh.finish(rid, Status::ConnectionReset);
+        return;
+    };
+    let Some(ep) = sh.eps.get(ep_id) else { return };
+    if let Some(e) = ep.error() {
+        // The sender's endpoint failed after the RTS arrived: no data will come.
+        sh.finish(rid, e);
+        return;
+    }
+    let (contig, buflen) = match sh.reqs.tab.get_mut(rid) {
+        Some(ReqState { kind: ReqKind::Recv(rr), .. }) => {
+            rr.total = rts.size;
+            (rr.buf.contig_seg().is_some(), rr.buf.len())
         }
-        let (contig, buflen) = match self.reqs.tab.get_mut(rid) {
-            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => {
-                rr.total = rts.size;
-                (rr.buf.contig_seg().is_some(), rr.buf.len())
+        _ => return,
+    };
+    if rts.size > buflen || rts.size == 0 {
+        let status = if rts.size > buflen { Status::MessageTruncated } else { Status::Ok };
+        sh.send_ctrl(ep_id, Ctrl::Ats(wire::Ats { sreq: rts.sreq, status }));
+        sh.finish(rid, status);
+        return;
+    }
+    let get = scheme_of(ep, &rts, contig) == RndvProto::Get;
+    if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = sh.reqs.tab.get_mut(rid) {
+        // Kept also so a failure of the sender's endpoint fails this receive.
+        zc_mut(&sh.zc_pool, &mut rr.zc).rts = Some(rts);
+    }
+    if get {
+        sh.counts.rndv_get += 1;
+        sh.enqueue(ep_id, Pending::Get(rid));
+    } else {
+        sh.enqueue(ep_id, Pending::Rtr(rid));
+    }
+}
+
+/// The driver sent receive `rid`'s RTR (with a key: the put scheme; without: fragments).
+pub(crate) fn rtr_done<L: Clone>(sh: &mut Shared<L>, rid: Id, res: TxResult) -> Step {
+    match res.status {
+        TxStatus::NoResource => Step::Blocked,
+        TxStatus::Failed(e) => {
+            sh.finish(rid, e);
+            Step::Finished
+        }
+        TxStatus::Done | TxStatus::Started => {
+            if res.keyed {
+                sh.counts.rndv_put += 1;
+            } else {
+                sh.counts.rndv_am += 1;
             }
-            _ => return,
-        };
-        if rts.size > buflen || rts.size == 0 {
-            let status = if rts.size > buflen { Status::MessageTruncated } else { Status::Ok };
-            self.send_ctrl(ep_id, Ctrl::Ats(wire::Ats { sreq: rts.sreq, status }));
-            self.finish(rid, status);
-            return;
-        }
-        let get = scheme_of(ep, &rts, contig) == RndvProto::Get;
-        if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.tab.get_mut(rid) {
-            // Kept also so a failure of the sender's endpoint fails this receive.
-            zc_mut(&self.zc_pool, &mut rr.zc).rts = Some(rts);
-        }
-        if get {
-            self.counts.rndv_get += 1;
-            self.enqueue(ep_id, Pending::Get(rid));
-        } else {
-            self.enqueue(ep_id, Pending::Rtr(rid));
+            if let (Some(m), Some(ReqState { kind: ReqKind::Recv(rr), .. })) = (res.memh, sh.reqs.tab.get_mut(rid)) {
+                zc_mut(&sh.zc_pool, &mut rr.zc).memh = Some(m);
+            }
+            Step::Finished
         }
     }
+}
 
-    /// The driver sent receive `rid`'s RTR (with a key: the put scheme; without: fragments).
-    pub(crate) fn rtr_done(&mut self, rid: Id, res: TxResult) -> Step {
-        match res.status {
-            TxStatus::NoResource => Step::Blocked,
-            TxStatus::Failed(e) => {
-                self.finish(rid, e);
-                Step::Finished
-            }
-            TxStatus::Done | TxStatus::Started => {
-                if res.keyed {
-                    self.counts.rndv_put += 1;
-                } else {
-                    self.counts.rndv_am += 1;
-                }
-                if let (Some(m), Some(ReqState { kind: ReqKind::Recv(rr), .. })) =
-                    (res.memh, self.reqs.tab.get_mut(rid))
-                {
-                    zc_mut(&self.zc_pool, &mut rr.zc).memh = Some(m);
-                }
-                Step::Finished
-            }
-        }
-    }
-
-    /// The driver issued receive `rid`'s get (or could not).
-    pub(crate) fn get_done(&mut self, ep_id: Id, rid: Id, res: TxResult) -> Step {
-        let sreq = match self.reqs.tab.get_mut(rid) {
-            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => match rr.zc.as_mut() {
-                Some(z) => {
-                    z.rma = res.status == TxStatus::Started;
-                    z.rts.map(|r| r.sreq).unwrap_or(0)
-                }
-                None => return Step::Finished,
-            },
-            _ => return Step::Finished,
-        };
-        match res.status {
-            TxStatus::NoResource => Step::Blocked,
-            TxStatus::Failed(e) => {
-                tracing::warn!("rndv get failed: {e}");
-                self.rndv_get_done(ep_id, rid, sreq, e);
-                Step::Finished
-            }
-            TxStatus::Done => {
-                self.rndv_get_done(ep_id, rid, sreq, Status::Ok);
-                Step::Finished
-            }
-            TxStatus::Started => Step::Finished,
-        }
-    }
-
-    /// Receive `rid`'s get completed: acknowledge to the sender, complete the receive.
-    pub(crate) fn rndv_get_done(&mut self, ep_id: Id, rid: Id, sreq: u64, status: Status) {
-        if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.tab.get_mut(rid) {
-            if let Some(z) = rr.zc.as_mut() {
-                z.rma = false;
-            }
-        }
-        if self.eps.contains(ep_id) {
-            self.send_ctrl(ep_id, Ctrl::Ats(wire::Ats { sreq, status }));
-        }
-        self.finish(rid, status);
-    }
-
-    /// The driver issued send `sreq`'s put (or could not).
-    pub(crate) fn put_done(&mut self, ep_id: Id, sreq: Id, res: TxResult) -> Step {
-        let rreq = match self.reqs.tab.get_mut(sreq) {
-            Some(ReqState { kind: ReqKind::Send(s), .. }) => {
-                let z = zc_mut(&self.zc_pool, &mut s.zc);
-                if let Some(m) = res.memh {
-                    z.memh = Some(m);
-                }
+/// The driver issued receive `rid`'s get (or could not).
+pub(crate) fn get_done<L: Clone>(sh: &mut Shared<L>, ep_id: Id, rid: Id, res: TxResult) -> Step {
+    let sreq = match sh.reqs.tab.get_mut(rid) {
+        Some(ReqState { kind: ReqKind::Recv(rr), .. }) => match rr.zc.as_mut() {
+            Some(z) => {
                 z.rma = res.status == TxStatus::Started;
-                if res.status == TxStatus::Started {
-                    s.phase = SendPhase::Put { started: true };
-                }
-                z.put.map(|t| t.rreq).unwrap_or(0)
+                z.rts.map(|r| r.sreq).unwrap_or(0)
             }
-            _ => return Step::Finished,
-        };
-        match res.status {
-            TxStatus::NoResource => Step::Blocked,
-            TxStatus::Failed(e) => {
-                self.finish(sreq, e);
-                Step::Finished
-            }
-            TxStatus::Done => {
-                self.rndv_put_done(ep_id, sreq, rreq, Status::Ok);
-                Step::Finished
-            }
-            TxStatus::Started => Step::Finished,
+            None => return Step::Finished,
+        },
+        _ => return Step::Finished,
+    };
+    match res.status {
+        TxStatus::NoResource => Step::Blocked,
+        TxStatus::Failed(e) => {
+            tracing::warn!("rndv get failed: {e}");
+            get_complete(sh, ep_id, rid, sreq, e);
+            Step::Finished
+        }
+        TxStatus::Done => {
+            get_complete(sh, ep_id, rid, sreq, Status::Ok);
+            Step::Finished
+        }
+        TxStatus::Started => Step::Finished,
+    }
+}
+
+/// Receive `rid`'s get completed: acknowledge to the sender, complete the receive.
+pub(crate) fn get_complete<L: Clone>(sh: &mut Shared<L>, ep_id: Id, rid: Id, sreq: u64, status: Status) {
+    if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = sh.reqs.tab.get_mut(rid) {
+        if let Some(z) = rr.zc.as_mut() {
+            z.rma = false;
         }
     }
+    if sh.eps.contains(ep_id) {
+        sh.send_ctrl(ep_id, Ctrl::Ats(wire::Ats { sreq, status }));
+    }
+    sh.finish(rid, status);
+}
 
-    /// Send `sreq`'s put completed: tell the receiver (ATP), complete the send.
-    pub(crate) fn rndv_put_done(&mut self, ep_id: Id, sreq: Id, rreq: u64, status: Status) {
-        if let Some(ReqState { kind: ReqKind::Send(s), .. }) = self.reqs.tab.get_mut(sreq) {
-            if let Some(z) = s.zc.as_mut() {
-                z.rma = false;
+/// The driver issued send `sreq`'s put (or could not).
+pub(crate) fn put_done<L: Clone>(sh: &mut Shared<L>, ep_id: Id, sreq: Id, res: TxResult) -> Step {
+    let rreq = match sh.reqs.tab.get_mut(sreq) {
+        Some(ReqState { kind: ReqKind::Send(s), .. }) => {
+            let z = zc_mut(&sh.zc_pool, &mut s.zc);
+            if let Some(m) = res.memh {
+                z.memh = Some(m);
+            }
+            z.rma = res.status == TxStatus::Started;
+            if res.status == TxStatus::Started {
+                s.phase = SendPhase::Put { started: true };
+            }
+            z.put.map(|t| t.rreq).unwrap_or(0)
+        }
+        _ => return Step::Finished,
+    };
+    match res.status {
+        TxStatus::NoResource => Step::Blocked,
+        TxStatus::Failed(e) => {
+            sh.finish(sreq, e);
+            Step::Finished
+        }
+        TxStatus::Done => {
+            put_complete(sh, ep_id, sreq, rreq, Status::Ok);
+            Step::Finished
+        }
+        TxStatus::Started => Step::Finished,
+    }
+}
+
+/// Send `sreq`'s put completed: tell the receiver (ATP), complete the send.
+pub(crate) fn put_complete<L: Clone>(sh: &mut Shared<L>, ep_id: Id, sreq: Id, rreq: u64, status: Status) {
+    if let Some(ReqState { kind: ReqKind::Send(s), .. }) = sh.reqs.tab.get_mut(sreq) {
+        if let Some(z) = s.zc.as_mut() {
+            z.rma = false;
+        }
+    }
+    if !status.is_err() && sh.eps.contains(ep_id) {
+        sh.send_ctrl(ep_id, Ctrl::Atp(wire::Atp { rreq }));
+    }
+    sh.finish(sreq, status);
+}
+
+/// ATS: the receiver is done with our buffer (or gave up).
+pub(crate) fn on_ats<L: Clone>(sh: &mut Shared<L>, h: wire::Ats) {
+    let Some(rid) = sh.sreq_from_wire(h.sreq, "rndv ats") else { return };
+    sh.finish(rid, if h.status == Status::MessageTruncated { Status::Ok } else { h.status });
+}
+
+/// RTR: the receiver is ready; put the data (with its key) or send it in fragments.
+pub(crate) fn on_rtr<L: Clone>(sh: &mut Shared<L>, h: wire::RtrHdr) {
+    let Some(ep_id) = sh.ep_from_wire(h.ep, "rndv rtr") else { return };
+    let Some(rid) = sh.sreq_from_wire(h.sreq, "rndv rtr") else { return };
+    let can_put = sh.eps.get(ep_id).and_then(|e| e.cfg.rndv).is_some_and(|l| l.put);
+    let verdict = match sh.reqs.tab.get_mut(rid) {
+        Some(ReqState { kind: ReqKind::Send(s), .. }) if matches!(s.phase, SendPhase::Rts { .. }) => {
+            let len = s.buf.len();
+            if h.len != len as u64 {
+                tracing::warn!("rndv rtr: peer asked for {} bytes of a {len}-byte message; failing the send", h.len);
+                Err(Status::InvalidParam)
+            } else if h.rkey.is_empty() {
+                s.phase = SendPhase::RndvFrags { rreq: h.rreq, offset: 0 };
+                Ok(Pending::Send(rid))
+            } else if !can_put || s.buf.contig_seg().is_none() {
+                tracing::warn!("rndv rtr: a key for a put this endpoint cannot do; failing the send");
+                Err(Status::Unsupported)
+            } else {
+                zc_mut(&sh.zc_pool, &mut s.zc).put = Some(PutTarget { addr: h.addr, rkey: h.rkey, rreq: h.rreq });
+                s.phase = SendPhase::Put { started: false };
+                Ok(Pending::Put(rid))
             }
         }
-        if !status.is_err() && self.eps.contains(ep_id) {
-            self.send_ctrl(ep_id, Ctrl::Atp(wire::Atp { rreq }));
+        _ => {
+            tracing::warn!("rndv rtr: request {:#x} is not waiting for one; dropped", h.sreq);
+            return;
         }
-        self.finish(sreq, status);
+    };
+    match verdict {
+        Ok(p) => sh.enqueue(ep_id, p),
+        Err(e) => sh.finish(rid, e),
     }
+}
 
-    /// A zero-copy operation completed.
-    pub fn zc_done(&mut self, what: ZcDone, status: Status) {
-        match what {
-            ZcDone::EagerFrag { rid } => self.eager_frag_done(rid, status),
-            ZcDone::Get { ep, rid, sreq } => self.rndv_get_done(ep, rid, sreq, status),
-            ZcDone::Put { ep, sreq, rreq } => self.rndv_put_done(ep, sreq, rreq, status),
+/// A rendezvous data fragment (AM scheme).
+pub(crate) fn on_data<L: Clone>(sh: &mut Shared<L>, h: wire::RndvDataHdr, payload: &[u8]) {
+    let Some(rid) = sh.rreq_from_wire(h.rreq, "rndv data") else { return };
+    let done = {
+        let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = sh.reqs.tab.get_mut(rid) else { return };
+        let fits = h.offset.checked_add(payload.len()).is_some_and(|e| e <= rr.total);
+        if !fits || rr.buf.copy_in(h.offset, payload).is_err() {
+            tracing::warn!(
+                "rndv data: {} bytes at {} outside the {}-byte message; dropped",
+                payload.len(),
+                h.offset,
+                rr.total
+            );
+            return;
         }
+        rr.received += payload.len();
+        rr.received >= rr.total
+    };
+    if done {
+        sh.finish(rid, Status::Ok);
     }
+}
 
-    /// ATS: the receiver is done with our buffer (or gave up).
-    pub(crate) fn on_ats(&mut self, h: wire::Ats) {
-        let Some(rid) = self.sreq_from_wire(h.sreq, "rndv ats") else { return };
-        self.finish(rid, if h.status == Status::MessageTruncated { Status::Ok } else { h.status });
-    }
-
-    /// RTR: the receiver is ready; put the data (with its key) or send it in fragments.
-    pub(crate) fn on_rtr(&mut self, h: wire::RtrHdr) {
-        let Some(ep_id) = self.ep_from_wire(h.ep, "rndv rtr") else { return };
-        let Some(rid) = self.sreq_from_wire(h.sreq, "rndv rtr") else { return };
-        let can_put = self.eps.get(ep_id).and_then(|e| e.cfg.rndv).is_some_and(|l| l.put);
-        let verdict = match self.reqs.tab.get_mut(rid) {
-            Some(ReqState { kind: ReqKind::Send(s), .. }) if matches!(s.phase, SendPhase::Rts { .. }) => {
-                let len = s.buf.len();
-                if h.len != len as u64 {
-                    tracing::warn!(
-                        "rndv rtr: peer asked for {} bytes of a {len}-byte message; failing the send",
-                        h.len
-                    );
-                    Err(Status::InvalidParam)
-                } else if h.rkey.is_empty() {
-                    s.phase = SendPhase::RndvFrags { rreq: h.rreq, offset: 0 };
-                    Ok(Pending::Send(rid))
-                } else if !can_put || s.buf.contig_seg().is_none() {
-                    tracing::warn!("rndv rtr: a key for a put this endpoint cannot do; failing the send");
-                    Err(Status::Unsupported)
-                } else {
-                    zc_mut(&self.zc_pool, &mut s.zc).put = Some(PutTarget { addr: h.addr, rkey: h.rkey, rreq: h.rreq });
-                    s.phase = SendPhase::Put { started: false };
-                    Ok(Pending::Put(rid))
-                }
-            }
-            _ => {
-                tracing::warn!("rndv rtr: request {:#x} is not waiting for one; dropped", h.sreq);
-                return;
-            }
-        };
-        match verdict {
-            Ok(p) => self.enqueue(ep_id, p),
-            Err(e) => self.finish(rid, e),
-        }
-    }
-
-    /// A rendezvous data fragment (AM scheme).
-    pub(crate) fn on_rndv_data(&mut self, h: wire::RndvDataHdr, payload: &[u8]) {
-        let Some(rid) = self.rreq_from_wire(h.rreq, "rndv data") else { return };
-        let done = {
-            let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = self.reqs.tab.get_mut(rid) else { return };
-            let fits = h.offset.checked_add(payload.len()).is_some_and(|e| e <= rr.total);
-            if !fits || rr.buf.copy_in(h.offset, payload).is_err() {
-                tracing::warn!(
-                    "rndv data: {} bytes at {} outside the {}-byte message; dropped",
-                    payload.len(),
-                    h.offset,
-                    rr.total
-                );
-                return;
-            }
-            rr.received += payload.len();
-            rr.received >= rr.total
-        };
-        if done {
-            self.finish(rid, Status::Ok);
-        }
-    }
-
-    /// ATP: the sender's put into our buffer completed.
-    pub(crate) fn on_atp(&mut self, h: wire::Atp) {
-        if let Some(rid) = self.rreq_from_wire(h.rreq, "rndv atp") {
-            self.finish(rid, Status::Ok);
-        }
+/// ATP: the sender's put into our buffer completed.
+pub(crate) fn on_atp<L: Clone>(sh: &mut Shared<L>, h: wire::Atp) {
+    if let Some(rid) = sh.rreq_from_wire(h.rreq, "rndv atp") {
+        sh.finish(rid, Status::Ok);
     }
 }

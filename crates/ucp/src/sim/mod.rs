@@ -228,14 +228,15 @@ impl Sim {
     pub fn connect(&mut self, a: usize, b: usize) -> Id {
         let remote = self.nodes[b].addr.clone();
         let e = &mut self.nodes[a].engine;
-        let sn = match e.connect_begin(remote.uuid) {
+        let sn = match e.conn.connect_begin(&e.sh, remote.uuid) {
             Connect::Claimed(id) => return id,
             Connect::New(sn) => sn,
         };
-        let id = e.eps.next_id();
+        let id = e.sh.eps.next_id();
         let io = SimIo { from: a, to: b, ep: id };
         let st = EpState::new(io, remote, sn, self.cfg.ep_cfg, Lanes::default(), self.p2p_addrs(a));
-        let got = self.nodes[a].engine.connect(st);
+        let e = &mut self.nodes[a].engine;
+        let got = e.conn.connect(&mut e.sh, st);
         assert_eq!(got, id);
         self.drain(a);
         id
@@ -264,10 +265,10 @@ impl Sim {
         // logged (every scenario waits for it before dropping its buffers).
         let buf = unsafe { UserBuf::contig(data.as_ptr() as *mut u8, data.len()) };
         let e = &mut self.nodes[n].engine;
-        let cfg = e.eps.get(ep).map(|s| s.cfg).ok_or(Status::InvalidParam)?;
+        let cfg = e.sh.eps.get(ep).map(|s| s.cfg).ok_or(Status::InvalidParam)?;
         let kind = if sync { crate::proto::OpKind::TagSendSync } else { crate::proto::OpKind::TagSend };
         let proto = crate::proto::select(&cfg, crate::proto::Op { kind, len: data.len(), contig: true });
-        e.tag_send_req(ep, buf, tag, sync, param(user), proto)?;
+        crate::tag::send::send_req(&mut e.sh, ep, buf, tag, sync, param(user), proto)?;
         self.drain(n);
         Ok(())
     }
@@ -278,7 +279,8 @@ impl Sim {
         // SAFETY: the test keeps `data` alive, and does not touch it, until the receive's
         // completion is logged.
         let buf = unsafe { UserBuf::contig(data.as_mut_ptr(), data.len()) };
-        let r = self.nodes[n].engine.tag_recv(buf, tag, mask, param(user));
+        let e = &mut self.nodes[n].engine;
+        let r = e.tag.tag_recv(&mut e.sh, buf, tag, mask, param(user));
         self.drain(n);
         match r? {
             crate::tag::recv::RecvOut::Done(info) => record(Status::Ok, info, user),
@@ -296,7 +298,7 @@ impl Sim {
                 Action::Transmit(id) => self.flush(n, id),
                 Action::Accept(req) => {
                     let e = &mut self.nodes[n].engine;
-                    let id = e.eps.next_id();
+                    let id = e.sh.eps.next_id();
                     let Some(peer) = self.nodes.iter().position(|x| x.addr.uuid == req.remote.uuid) else { continue };
                     let io = SimIo { from: n, to: peer, ep: id };
                     let st = EpState::new(
@@ -307,7 +309,8 @@ impl Sim {
                         Lanes::default(),
                         self.p2p_addrs(n),
                     );
-                    let got = self.nodes[n].engine.accept(*req, st);
+                    let e = &mut self.nodes[n].engine;
+                    let got = e.conn.accept(&mut e.sh, *req, st);
                     assert_eq!(got, id);
                 }
                 Action::ConnectP2p { ep, addrs } => {
@@ -320,11 +323,15 @@ impl Sim {
                         address: &[],
                         ep_addrs: &addrs,
                     };
-                    let peer = self.nodes[n].engine.eps.get(ep).map(|s| s.io.to);
+                    let peer = self.nodes[n].engine.sh.eps.get(ep).map(|s| s.io.to);
                     // The peer's lane address names the peer.
                     let ok = m.ep_addrs().any(|a| peer.is_some_and(|p| a.addr == [p as u8, 0xee]));
                     let r = if ok { Ok(()) } else { Err(Status::InvalidAddr) };
-                    self.nodes[n].engine.p2p_connected(ep, r);
+                    let e = &mut self.nodes[n].engine;
+                    match r {
+                        Ok(()) => e.conn.p2p_connected(&mut e.sh, ep),
+                        Err(err) => e.on_ep_error(ep, err),
+                    }
                 }
                 Action::Release { io, .. } | Action::Unpark(io) => {
                     for c in self.channels.values_mut() {
@@ -332,7 +339,7 @@ impl Sim {
                     }
                 }
                 Action::CheckPeer(id) => {
-                    let io = self.nodes[n].engine.eps.get(id).map(|s| s.io);
+                    let io = self.nodes[n].engine.sh.eps.get(id).map(|s| s.io);
                     if io.is_some_and(|io| self.is_cut(io.from, io.to)) {
                         self.nodes[n].engine.on_ep_error(id, Status::ConnectionReset);
                     }
@@ -345,10 +352,10 @@ impl Sim {
     /// Makes node `n`'s endpoint `id`'s transmissions (the driver's `flush`).
     fn flush(&mut self, n: usize, id: Id) {
         loop {
-            let Some(tx) = self.nodes[n].engine.next_tx(id) else { return };
+            let Some(tx) = self.nodes[n].engine.sh.next_tx(id) else { return };
             let io = tx.io;
             let res = self.exec(n, &tx);
-            let flow = self.nodes[n].engine.tx_done(id, tx, res);
+            let flow = self.nodes[n].engine.sh.tx_done(id, tx, res);
             self.drain(n);
             if let Flow::Blocked(lane) = flow {
                 self.park(n, id, io, lane);
@@ -358,14 +365,14 @@ impl Sim {
     }
 
     fn park(&mut self, n: usize, id: Id, io: SimIo, lane: Lane) {
-        if self.nodes[n].engine.waking(id) || lane == Lane::Wireup {
+        if self.nodes[n].engine.sh.waking(id) || lane == Lane::Wireup {
             return;
         }
         let cap = self.cfg.capacity;
         let ch = self.channels.entry((io.from, io.to, lane_code(lane))).or_default();
         if ch.inflight >= cap {
             ch.parked.push((n, id));
-            self.nodes[n].engine.parked(id);
+            self.nodes[n].engine.sh.parked(id);
         }
     }
 
@@ -373,9 +380,9 @@ impl Sim {
     fn wake(&mut self, key: (usize, usize, u8)) {
         let parked = self.channels.get_mut(&key).map(|c| std::mem::take(&mut c.parked)).unwrap_or_default();
         for (n, id) in parked {
-            let stays = if self.nodes[n].engine.wake_begin(id) {
+            let stays = if self.nodes[n].engine.sh.wake_begin(id) {
                 self.flush(n, id);
-                let stays = self.nodes[n].engine.wake_end(id);
+                let stays = self.nodes[n].engine.sh.wake_end(id);
                 self.drain(n);
                 stays
             } else {
@@ -543,14 +550,14 @@ impl Sim {
                     self.stats.lost += 1;
                     // A transport completes what was in flight to a dead peer with an error.
                     if let Some((_, what)) = zc {
-                        self.nodes[from].engine.zc_done(what, Status::ConnectionReset);
+                        self.nodes[from].engine.sh.zc_done(what, Status::ConnectionReset);
                         self.drain(from);
                     }
                 } else {
                     self.stats.delivered += 1;
                     self.arrive(to, id, bytes, zc.map(|z| z.0));
                     if let Some((_, what)) = zc {
-                        self.nodes[from].engine.zc_done(what, Status::Ok);
+                        self.nodes[from].engine.sh.zc_done(what, Status::Ok);
                         self.drain(from);
                     }
                 }
@@ -572,7 +579,7 @@ impl Sim {
                     self.stats.copies += 1;
                     Status::Ok
                 };
-                self.nodes[node].engine.zc_done(what, status);
+                self.nodes[node].engine.sh.zc_done(what, status);
                 self.drain(node);
                 self.wake(key);
             }
@@ -584,12 +591,12 @@ impl Sim {
     pub fn progress(&mut self) {
         for n in 0..self.nodes.len() {
             let mut list = Vec::new();
-            self.nodes[n].engine.take_retry(&mut list);
+            self.nodes[n].engine.sh.take_retry(&mut list);
             for id in list {
                 self.flush(n, id);
             }
             let now = self.now;
-            self.nodes[n].engine.on_timer(now);
+            self.nodes[n].engine.sh.on_timer(now);
             self.drain(n);
         }
     }
@@ -603,7 +610,7 @@ impl Sim {
                 return true;
             }
             if !self.step() {
-                if self.cfg.keepalive == 0 || self.nodes.iter().all(|n| n.engine.eps.is_empty()) {
+                if self.cfg.keepalive == 0 || self.nodes.iter().all(|n| n.engine.sh.eps.is_empty()) {
                     self.progress();
                     return done(self);
                 }

@@ -54,10 +54,10 @@ fn pair(sim: &mut Sim) -> (Id, Id) {
 fn assert_idle(sim: &Sim) {
     for (i, n) in sim.nodes.iter().enumerate() {
         let e = &n.engine;
-        assert_eq!(e.reqs.tab.len(), 0, "node {i}: requests left");
+        assert_eq!(e.sh.reqs.tab.len(), 0, "node {i}: requests left");
         assert_eq!(e.tag.unexp.len(), 0, "node {i}: unexpected messages left");
         assert!(e.tag.frags.is_empty(), "node {i}: fragments in progress");
-        for (id, ep) in e.eps.iter() {
+        for (id, ep) in e.sh.eps.iter() {
             assert!(ep.queue.is_empty() && ep.wireup_q.is_empty(), "node {i}: endpoint {id:?} has queued work");
         }
     }
@@ -124,7 +124,7 @@ fn every_size_expected_and_unexpected() {
             for seed in 1..4 {
                 let msgs: Vec<(usize, bool)> = SIZES.iter().map(|&l| (l, sync)).collect();
                 let sim = exchange(cfg(), seed, &msgs, expected);
-                let c = sim.nodes[0].engine.counts;
+                let c = sim.nodes[0].engine.sh.counts;
                 assert!(c.eager_bcopy + c.eager_sync > 0 && c.eager_multi > 0 && c.eager_zcopy > 0, "{c:?}");
                 assert!(sync || c.eager_short > 0, "{c:?}");
             }
@@ -160,7 +160,7 @@ fn rendezvous_in_every_scheme() {
         c.ep_cfg.rndv = Some(RndvCaps { get, put, max_zcopy: 1 << 20 });
         for expected in [true, false] {
             let sim = exchange(c.clone(), 7, &[(10_000, false), (70_000, true), (5000, false)], expected);
-            let r = sim.nodes[1].engine.counts;
+            let r = sim.nodes[1].engine.sh.counts;
             let got = [(r.rndv_get, "get"), (r.rndv_put, "put"), (r.rndv_am, "am")];
             assert!(got.iter().all(|&(n, s)| (n > 0) == (s == want)), "{scheme:?} get={get} put={put}: {r:?}");
         }
@@ -176,7 +176,7 @@ fn a_full_lane_parks_and_replays_in_order() {
     let msgs: Vec<(usize, bool)> = (0..30).map(|i| (SIZES[i % SIZES.len()], i % 4 == 1)).collect();
     let sim = exchange(c, 3, &msgs, true);
     assert!(sim.stats.refused > 0);
-    assert!(sim.nodes[0].engine.counts.parked > 0);
+    assert!(sim.nodes[0].engine.sh.counts.parked > 0);
 }
 
 #[test]
@@ -200,7 +200,7 @@ fn an_endpoint_to_self() {
     c.immediate = true;
     let mut sim = Sim::new(1, c, 1);
     let ep = sim.connect(0, 0);
-    sim.run_until(|s| s.nodes[0].engine.eps.get(ep).is_some_and(|e| e.status == crate::engine::EpStatus::Connected));
+    sim.run_until(|s| s.nodes[0].engine.sh.eps.get(ep).is_some_and(|e| e.status == crate::engine::EpStatus::Connected));
     for (i, &len) in SIZES.iter().enumerate() {
         let data = pattern(i, len);
         let mut back = vec![0u8; len];
@@ -236,8 +236,8 @@ fn wireup_races() {
             // One endpoint each way, matched by connection number, both connected.
             for n in 0..2 {
                 let e = &sim.nodes[n].engine;
-                assert_eq!(e.eps.len(), 1, "p2p={p2p} seed={seed} node {n}");
-                assert!(e.eps.iter().all(|(_, ep)| ep.status == crate::engine::EpStatus::Connected));
+                assert_eq!(e.sh.eps.len(), 1, "p2p={p2p} seed={seed} node {n}");
+                assert!(e.sh.eps.iter().all(|(_, ep)| ep.status == crate::engine::EpStatus::Connected));
             }
             assert_idle(&sim);
         }
@@ -255,7 +255,7 @@ fn a_peer_that_sends_first_gets_an_endpoint_created_for_it() {
     sim.recv(1, &mut back, 1, u64::MAX, 1).unwrap();
     assert!(sim.run_until(|_| Sim::completed(0).is_some() && Sim::completed(1).is_some()));
     assert!(back == data);
-    assert_eq!(sim.nodes[1].engine.eps.len(), 1);
+    assert_eq!(sim.nodes[1].engine.sh.eps.len(), 1);
 }
 
 #[test]
@@ -270,7 +270,9 @@ fn a_cut_link_fails_what_waits_for_the_peer() {
         c.capacity = 2;
         let mut sim = Sim::new(2, c, 5);
         let (a, _) = pair(&mut sim);
-        sim.run_until(|s| s.nodes[0].engine.eps.get(a).is_some_and(|e| e.status == crate::engine::EpStatus::Connected));
+        sim.run_until(|s| {
+            s.nodes[0].engine.sh.eps.get(a).is_some_and(|e| e.status == crate::engine::EpStatus::Connected)
+        });
         let big = pattern(1, 70_000);
         let frags = pattern(2, 3000);
         sim.send(0, a, &big, 1, false, 0).unwrap();
@@ -291,7 +293,7 @@ fn a_cut_link_fails_what_waits_for_the_peer() {
         }
         assert!(sim.stats.lost > 0);
         for n in &sim.nodes {
-            assert_eq!(n.engine.reqs.tab.len(), 0, "{scheme:?}");
+            assert_eq!(n.engine.sh.reqs.tab.len(), 0, "{scheme:?}");
         }
     }
 }
@@ -317,18 +319,19 @@ fn truncation_probe_and_cancel() {
     let d = pattern(7, 3000);
     sim.send(0, a, &d, 0xabc, false, 200).unwrap();
     assert!(sim.run_until(|s| s.nodes[1].engine.tag.unexp.len() == 1 && Sim::completed(200).is_some()));
-    let (info, msg) = sim.nodes[1].engine.probe(0xa00, 0xf00, true).unwrap();
+    let (info, msg) = sim.nodes[1].engine.tag.probe(0xa00, 0xf00, true).unwrap();
     assert_eq!((info.length, info.sender_tag), (3000, 0xabc));
     let mut r = vec![0u8; 3000];
     // SAFETY: `r` outlives the receive, which completes at once (the message is here).
     let buf = unsafe { UserBuf::contig(r.as_mut_ptr(), r.len()) };
-    let out = sim.nodes[1].engine.msg_recv(buf, msg.unwrap(), param(201)).unwrap();
+    let e = &mut sim.nodes[1].engine;
+    let out = e.tag.msg_recv(&mut e.sh, buf, msg.unwrap(), param(201)).unwrap();
     assert!(matches!(out, crate::tag::recv::RecvOut::Done(i) if i.length == 3000));
     assert!(r == d);
     let mut never = vec![0u8; 8];
     sim.recv(1, &mut never, 0xdead, u64::MAX, 202).unwrap();
-    let posted = sim.nodes[1].engine.reqs.tab.iter().map(|(id, _)| id).last().unwrap();
-    sim.nodes[1].engine.cancel(posted);
+    let posted = sim.nodes[1].engine.sh.reqs.tab.iter().map(|(id, _)| id).last().unwrap();
+    sim.nodes[1].engine.sh.cancel(posted);
     sim.drain(1);
     assert_eq!(Sim::completed(202).unwrap().0, Status::Canceled);
     assert_idle(&sim);
@@ -347,7 +350,7 @@ fn unexpected_fragments_reuse_their_buffer() {
     let e = &mut sim.nodes[0].engine;
     // A first fragment announcing 1 TiB: queued, with a buffer for what arrived only.
     e.on_am(wire::AM_EAGER_FIRST, AmRecv::borrowed(&words(&[5, 1, 100, 1 << 40], &[1; 10])));
-    assert_eq!(e.probe(5, u64::MAX, false).map(|(i, _)| i.length), Some(1 << 40));
+    assert_eq!(e.tag.probe(5, u64::MAX, false).map(|(i, _)| i.length), Some(1 << 40));
     // Two-fragment messages, each received after it arrived: the second one reassembles in
     // the buffer the first one gave back.
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
@@ -359,7 +362,7 @@ fn unexpected_fragments_reuse_their_buffer() {
         let mut out = vec![0u8; 3000];
         // SAFETY: `out` outlives the call, which completes at once (the message is here).
         let buf = unsafe { UserBuf::contig(out.as_mut_ptr(), out.len()) };
-        let r = e.tag_recv(buf, tag, u64::MAX, RequestParam::new()).unwrap();
+        let r = e.tag.tag_recv(&mut e.sh, buf, tag, u64::MAX, RequestParam::new()).unwrap();
         assert!(matches!(r, crate::tag::recv::RecvOut::Done(i) if i.length == 3000), "{r:?}");
         assert!(out == data);
         assert_eq!(e.tag.frag_bufs.len(), 1);
@@ -383,12 +386,12 @@ fn malformed_protocol_messages_are_dropped() {
     // A well-formed RTS waits as an unexpected message; one whose key is longer than any
     // transport packs, or that is cut short, is dropped.
     e.on_am(wire::AM_RNDV_RTS, AmRecv::borrowed(&rts(7, 24)));
-    assert_eq!(e.probe(7, u64::MAX, false).map(|(i, _)| i.length), Some(65536));
+    assert_eq!(e.tag.probe(7, u64::MAX, false).map(|(i, _)| i.length), Some(65536));
     e.on_am(wire::AM_RNDV_RTS, AmRecv::borrowed(&rts(8, uct::PackedKey::MAX + 1)));
-    assert!(e.probe(8, u64::MAX, false).is_none());
+    assert!(e.tag.probe(8, u64::MAX, false).is_none());
     let short = rts(9, 24);
     e.on_am(wire::AM_RNDV_RTS, AmRecv::borrowed(&short[..short.len() - 1]));
-    assert!(e.probe(9, u64::MAX, false).is_none());
+    assert!(e.tag.probe(9, u64::MAX, false).is_none());
     // Truncated or garbage headers of every protocol message, and ids UCP does not use:
     // dropped or taken as data, never a panic.
     let noise: Vec<u8> = (0..96u32).map(|i| (i.wrapping_mul(151) >> 2) as u8).collect();

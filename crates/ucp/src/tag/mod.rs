@@ -22,7 +22,7 @@ use crate::request::Rts;
 pub mod matcher;
 mod probe;
 pub(crate) mod recv;
-mod send;
+pub(crate) mod send;
 
 pub use matcher::{
     bucket_index, tag_matches, Arrived, ExpEntry, ExpQueues, ExpStore, Posted, RecvHandle, Tag, TagMatcher,
@@ -83,6 +83,26 @@ impl TagState {
     pub fn take_frags_of(&mut self, ep: u64) -> Vec<FragTarget> {
         let keys: Vec<(u64, u64)> = self.frags.keys().filter(|k| k.0 == ep).copied().collect();
         keys.iter().filter_map(|k| self.frags.remove(k)).collect()
+    }
+
+    /// Endpoint `ep` (raw id) failed: its partly arrived unexpected and probed messages are
+    /// dropped; the receives still waiting for its fragments are returned, to fail.
+    pub fn ep_failed(&mut self, ep: u64, name: &str, status: ucs::Status) -> Vec<Id> {
+        let mut waiting = Vec::new();
+        for target in self.take_frags_of(ep) {
+            match target {
+                FragTarget::Req(rid) => waiting.push(rid),
+                FragTarget::Unexp(h) => {
+                    tracing::warn!("ucp: dropping a partly arrived message from {name} ({status})");
+                    drop(self.unexp.take(h));
+                }
+                FragTarget::Probed(pid) => {
+                    tracing::warn!("ucp: dropping a partly arrived probed message from {name} ({status})");
+                    drop(self.probed.remove(pid));
+                }
+            }
+        }
+        waiting
     }
 
     /// A buffer for reassembling an unexpected multi-fragment message that starts with

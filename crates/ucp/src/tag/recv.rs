@@ -6,10 +6,11 @@ use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 use uct::AmRecv;
 
-use super::{FragTarget, Tag, Unexp};
+use super::{FragTarget, Tag, TagState, Unexp};
 use crate::dt::UserBuf;
 use crate::engine::am::malformed;
-use crate::engine::{Action, Engine};
+use crate::engine::{Action, Shared};
+use crate::proto::rndv;
 use crate::request::complete::{completed_at_once, Delivered, Done};
 use crate::request::Rts;
 use crate::request::{RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam};
@@ -25,19 +26,26 @@ pub(crate) enum RecvOut {
     Req(Id),
 }
 
-impl<L: Clone> Engine<L> {
+impl TagState {
     /// Posts a tagged receive into `buf`: the earliest matching unexpected message, if one
     /// waits, else a request on the expected queues.
     #[inline]
-    pub fn tag_recv(&mut self, buf: UserBuf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
-        if let Some((tag, msg)) = self.tag.unexp.take_match(tag, mask) {
-            return self.recv_matched(buf, tag, msg, param);
+    pub fn tag_recv<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        buf: UserBuf,
+        tag: Tag,
+        mask: Tag,
+        param: RequestParam,
+    ) -> UcsResult<RecvOut> {
+        if let Some((tag, msg)) = self.unexp.take_match(tag, mask) {
+            return self.recv_matched(sh, buf, tag, msg, param);
         }
         if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
         }
         let hint = param.hint();
-        let reqs = &mut self.reqs;
+        let reqs = &mut sh.reqs;
         // Queued first, by the slot it is about to take, so the slot is not looked up again.
         let at = reqs.tab.next_index();
         let exp = reqs.exp.post_at(&mut reqs.tab, tag, mask, at);
@@ -51,8 +59,9 @@ impl<L: Clone> Engine<L> {
 
     /// A receive met an unexpected message (at posting, or from a probed handle).
     #[inline(never)]
-    pub(crate) fn recv_matched(
+    pub(crate) fn recv_matched<L: Clone>(
         &mut self,
+        sh: &mut Shared<L>,
         buf: UserBuf,
         tag: Tag,
         msg: Unexp,
@@ -60,10 +69,10 @@ impl<L: Clone> Engine<L> {
     ) -> UcsResult<RecvOut> {
         let info = RecvInfo { length: msg.length(), sender_tag: tag };
         match msg {
-            Unexp::Eager { desc, offset, sync } => self.recv_whole_now(&buf, info, &desc[offset..], sync, param),
+            Unexp::Eager { desc, offset, sync } => self.recv_whole_now(sh, &buf, info, &desc[offset..], sync, param),
             Unexp::Frag { data, total, sync, .. } if data.len() == total => {
-                let out = self.recv_whole_now(&buf, info, &data, sync, param);
-                self.tag.recycle_frag_buf(data);
+                let out = self.recv_whole_now(sh, &buf, info, &data, sync, param);
+                self.recycle_frag_buf(data);
                 out
             }
             Unexp::Frag { key, total, data, sync } => {
@@ -72,30 +81,31 @@ impl<L: Clone> Engine<L> {
                 r.received = data.len();
                 r.sync = sync;
                 r.truncated = total > r.buf.len() || r.buf.copy_in(0, &data).is_err();
-                self.tag.recycle_frag_buf(data);
-                let rid = self.req_with(ReqKind::Recv(r), param, info);
-                self.tag.frags.insert(key, FragTarget::Req(rid));
+                self.recycle_frag_buf(data);
+                let rid = self.req_with(sh, ReqKind::Recv(r), param, info);
+                self.frags.insert(key, FragTarget::Req(rid));
                 Ok(RecvOut::Req(rid))
             }
             Unexp::Rts(rts) => {
-                let rid = self.req_with(ReqKind::Recv(RecvReq::new(buf, param.hint())), param, info);
-                self.rndv_matched(rid, rts);
+                let rid = self.req_with(sh, ReqKind::Recv(RecvReq::new(buf, param.hint())), param, info);
+                rndv::matched(sh, rid, rts);
                 Ok(RecvOut::Req(rid))
             }
         }
     }
 
     /// Registers a request with the callbacks of `param` and receive info `info`.
-    fn req_with(&mut self, kind: ReqKind, param: RequestParam, info: RecvInfo) -> Id {
+    fn req_with<L: Clone>(&mut self, sh: &mut Shared<L>, kind: ReqKind, param: RequestParam, info: RecvInfo) -> Id {
         let mut st = ReqState::new(kind, param.callback, param.callback_fn, param.detached);
         st.info = info;
-        self.reqs.tab.insert(st)
+        sh.reqs.tab.insert(st)
     }
 
     /// A whole unexpected message for a receive being posted: copy, acknowledge, and complete
     /// at once (or through a completed request with NO_IMM_CMPL).
-    fn recv_whole_now(
+    fn recv_whole_now<L: Clone>(
         &mut self,
+        sh: &mut Shared<L>,
         buf: &UserBuf,
         info: RecvInfo,
         payload: &[u8],
@@ -107,16 +117,16 @@ impl<L: Clone> Engine<L> {
             Err(e) => e,
         };
         if let Some((ep, sreq)) = sync {
-            self.sync_ack(ep, sreq);
+            self.sync_ack(sh, ep, sreq);
         }
         if param.flags.contains(RequestFlags::NO_IMM_CMPL) {
             let mut st = ReqState::new(ReqKind::Done, None, None, false);
             st.info = info;
             st.status = status;
-            let rid = self.reqs.tab.insert(st);
+            let rid = sh.reqs.tab.insert(st);
             // The callbacks of a request completed at creation run now.
             if param.callback.is_some() || param.callback_fn.is_some() {
-                self.push(Action::Full(completed_at_once(param.callback, param.callback_fn, status, info)));
+                sh.push(Action::Full(completed_at_once(param.callback, param.callback_fn, status, info)));
             }
             return Ok(RecvOut::Req(rid));
         }
@@ -129,27 +139,34 @@ impl<L: Clone> Engine<L> {
 
     /// Tells the sender of a synchronous message (endpoint `ep`, request `sreq`) that it
     /// matched.
-    fn sync_ack(&mut self, ep: u64, sreq: u64) {
-        if let Some(id) = self.ep_from_wire(ep, "eager sync") {
-            self.send_ctrl(id, Ctrl::SyncAck(wire::SyncAck { sreq }));
+    fn sync_ack<L: Clone>(&mut self, sh: &mut Shared<L>, ep: u64, sreq: u64) {
+        if let Some(id) = sh.ep_from_wire(ep, "eager sync") {
+            sh.send_ctrl(id, Ctrl::SyncAck(wire::SyncAck { sreq }));
         }
     }
 
     /// A whole message for matched receive `rid`.
-    fn deliver_whole(&mut self, rid: Id, tag: Tag, payload: &[u8], sync: Option<(u64, u64)>) {
+    fn deliver_whole<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        rid: Id,
+        tag: Tag,
+        payload: &[u8],
+        sync: Option<(u64, u64)>,
+    ) {
         // Matched: the sender's sync request may complete.
         if let Some((ep, sreq)) = sync {
-            self.sync_ack(ep, sreq);
+            self.sync_ack(sh, ep, sreq);
         }
-        let r = self.reqs.complete_with(rid, |r| crate::request::complete::fill_whole(r, tag, payload));
-        self.completed(rid, r);
+        let r = sh.reqs.complete_with(rid, |r| crate::request::complete::fill_whole(r, tag, payload));
+        sh.completed(rid, r);
     }
 
     /// An eager message (`AM_EAGER_ONLY`): delivered into the earliest matching receive, or
     /// kept as unexpected in its transport buffer. The completion of a matched receive is
     /// returned for the driver to run (the 8-byte receive path: no queue in between).
     #[inline(always)]
-    pub fn on_eager(&mut self, m: AmRecv<'_>) -> Option<Done> {
+    pub fn on_eager<L: Clone>(&mut self, sh: &mut Shared<L>, m: AmRecv<'_>) -> Option<Done> {
         let (wire::EagerHdr { tag }, payload) = match wire::EagerHdr::decode(m.data()) {
             Ok(v) => v,
             Err(e) => {
@@ -157,14 +174,14 @@ impl<L: Clone> Engine<L> {
                 return None;
             }
         };
-        match self.reqs.deliver_expected(tag, payload) {
+        match sh.reqs.deliver_expected(tag, payload) {
             Delivered::Done(done) => done,
             Delivered::Full(id, status) => {
-                self.complete_full(id, status);
+                sh.complete_full(id, status);
                 None
             }
             Delivered::NoMatch => {
-                self.unexpected_eager(tag, m, len::EAGER_ONLY, None);
+                self.unexpected_eager(sh, tag, m, len::EAGER_ONLY, None);
                 None
             }
         }
@@ -172,58 +189,65 @@ impl<L: Clone> Engine<L> {
 
     /// Keeps a whole eager message nobody waits for.
     #[inline(never)]
-    fn unexpected_eager(&mut self, tag: Tag, m: AmRecv<'_>, offset: usize, sync: Option<(u64, u64)>) {
-        self.counts.unexpected += 1;
-        let desc = m.keep_in(&self.kept_msgs);
-        self.tag.unexp.push(tag, Unexp::Eager { desc, offset, sync });
+    fn unexpected_eager<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        tag: Tag,
+        m: AmRecv<'_>,
+        offset: usize,
+        sync: Option<(u64, u64)>,
+    ) {
+        sh.counts.unexpected += 1;
+        let desc = m.keep_in(&sh.kept_msgs);
+        self.unexp.push(tag, Unexp::Eager { desc, offset, sync });
     }
 
     /// A synchronous eager message in one piece.
-    pub(crate) fn on_eager_sync(&mut self, m: AmRecv<'_>) {
+    pub(crate) fn on_eager_sync<L: Clone>(&mut self, sh: &mut Shared<L>, m: AmRecv<'_>) {
         let (wire::EagerSyncHdr { tag, ep, sreq }, payload) = match wire::EagerSyncHdr::decode(m.data()) {
             Ok(v) => v,
             Err(e) => return malformed(e),
         };
-        match self.reqs.take_expected(tag) {
-            Some(rid) => self.deliver_whole(rid, tag, payload, Some((ep, sreq))),
-            None => self.unexpected_eager(tag, m, len::EAGER_SYNC_ONLY, Some((ep, sreq))),
+        match sh.reqs.take_expected(tag) {
+            Some(rid) => self.deliver_whole(sh, rid, tag, payload, Some((ep, sreq))),
+            None => self.unexpected_eager(sh, tag, m, len::EAGER_SYNC_ONLY, Some((ep, sreq))),
         }
     }
 
     /// The first fragment of a multi-fragment eager message.
-    pub(crate) fn on_eager_first(&mut self, h: wire::EagerFirstHdr, payload: &[u8]) {
+    pub(crate) fn on_eager_first<L: Clone>(&mut self, sh: &mut Shared<L>, h: wire::EagerFirstHdr, payload: &[u8]) {
         let wire::EagerFirstHdr { tag, ep, msg_id, total, sreq } = h;
         let key = (ep, msg_id);
         let sync = sreq.map(|s| (ep, s));
-        match self.reqs.take_expected(tag) {
-            Some(rid) if payload.len() == total => self.deliver_whole(rid, tag, payload, sync),
+        match sh.reqs.take_expected(tag) {
+            Some(rid) if payload.len() == total => self.deliver_whole(sh, rid, tag, payload, sync),
             Some(rid) => {
-                let Some(st) = self.reqs.tab.get_mut(rid) else { return };
+                let Some(st) = sh.reqs.tab.get_mut(rid) else { return };
                 st.info = RecvInfo { length: total, sender_tag: tag };
                 let ReqKind::Recv(rr) = &mut st.kind else { return };
                 rr.total = total;
                 rr.received = payload.len();
                 rr.sync = sync;
                 rr.truncated = total > rr.buf.len() || rr.buf.copy_in(0, payload).is_err();
-                self.tag.frags.insert(key, FragTarget::Req(rid));
+                self.frags.insert(key, FragTarget::Req(rid));
             }
             None => {
-                self.counts.unexpected += 1;
-                let data = self.tag.frag_buf(payload);
+                sh.counts.unexpected += 1;
+                let data = self.frag_buf(payload);
                 let complete = payload.len() == total;
-                let h = self.tag.unexp.push(tag, Unexp::Frag { key, total, data, sync });
+                let h = self.unexp.push(tag, Unexp::Frag { key, total, data, sync });
                 if !complete {
-                    self.tag.frags.insert(key, FragTarget::Unexp(h));
+                    self.frags.insert(key, FragTarget::Unexp(h));
                 }
             }
         }
     }
 
     /// A later fragment of a multi-fragment eager message: appended where its message goes.
-    pub(crate) fn on_eager_middle(&mut self, h: wire::EagerMiddleHdr, payload: &[u8]) {
+    pub(crate) fn on_eager_middle<L: Clone>(&mut self, sh: &mut Shared<L>, h: wire::EagerMiddleHdr, payload: &[u8]) {
         let wire::EagerMiddleHdr { ep, msg_id, offset } = h;
         let key = (ep, msg_id);
-        let Some(target) = self.tag.frags.get(&key).copied() else {
+        let Some(target) = self.frags.get(&key).copied() else {
             tracing::warn!("eager middle: no message {msg_id:#x} in progress; dropped");
             return;
         };
@@ -235,15 +259,15 @@ impl<L: Clone> Engine<L> {
             Some(data.len() == total)
         };
         let complete = match target {
-            FragTarget::Unexp(h) => match self.tag.unexp.get_mut(h) {
+            FragTarget::Unexp(h) => match self.unexp.get_mut(h) {
                 Some(Unexp::Frag { data, total, .. }) => append(data, *total),
                 _ => None,
             },
-            FragTarget::Probed(id) => match self.tag.probed.get_mut(id) {
+            FragTarget::Probed(id) => match self.probed.get_mut(id) {
                 Some((_, Unexp::Frag { data, total, .. })) => append(data, *total),
                 _ => None,
             },
-            FragTarget::Req(rid) => match self.reqs.tab.get_mut(rid) {
+            FragTarget::Req(rid) => match sh.reqs.tab.get_mut(rid) {
                 Some(ReqState { kind: ReqKind::Recv(rr), .. })
                     if offset == rr.received && offset + payload.len() <= rr.total =>
                 {
@@ -260,40 +284,40 @@ impl<L: Clone> Engine<L> {
             None => tracing::warn!("eager middle: fragment at {offset} does not continue message {msg_id:#x}; dropped"),
             Some(false) => {}
             Some(true) => {
-                self.tag.frags.remove(&key);
+                self.frags.remove(&key);
                 if let FragTarget::Req(rid) = target {
-                    self.recv_frags_done(rid);
+                    self.recv_frags_done(sh, rid);
                 }
             }
         }
     }
 
     /// All fragments of a matched message arrived.
-    fn recv_frags_done(&mut self, rid: Id) {
-        let (sync, truncated) = match self.reqs.tab.get_mut(rid) {
+    fn recv_frags_done<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) {
+        let (sync, truncated) = match sh.reqs.tab.get_mut(rid) {
             Some(ReqState { kind: ReqKind::Recv(rr), .. }) => (rr.sync.take(), rr.truncated),
             _ => return,
         };
         if let Some((ep, sreq)) = sync {
-            self.sync_ack(ep, sreq);
+            self.sync_ack(sh, ep, sreq);
         }
-        self.finish(rid, if truncated { Status::MessageTruncated } else { Status::Ok });
+        sh.finish(rid, if truncated { Status::MessageTruncated } else { Status::Ok });
     }
 
     /// A rendezvous request: matched now, or kept as unexpected.
-    pub(crate) fn on_rts(&mut self, h: wire::RtsHdr) {
+    pub(crate) fn on_rts<L: Clone>(&mut self, sh: &mut Shared<L>, h: wire::RtsHdr) {
         let tag = h.tag;
         let rts = Rts::from(h);
-        match self.reqs.take_expected(tag) {
+        match sh.reqs.take_expected(tag) {
             Some(rid) => {
-                if let Some(r) = self.reqs.tab.get_mut(rid) {
+                if let Some(r) = sh.reqs.tab.get_mut(rid) {
                     r.info = RecvInfo { length: rts.size, sender_tag: tag };
                 }
-                self.rndv_matched(rid, rts);
+                rndv::matched(sh, rid, rts);
             }
             None => {
-                self.counts.unexpected += 1;
-                self.tag.unexp.push(tag, Unexp::Rts(rts));
+                sh.counts.unexpected += 1;
+                self.unexp.push(tag, Unexp::Rts(rts));
             }
         }
     }

@@ -6,66 +6,64 @@ use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
 use crate::dt::UserBuf;
-use crate::engine::{Engine, Pending};
+use crate::engine::{Pending, Shared};
 use crate::proto::Proto;
 use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq};
-use crate::tag::Tag;
+use crate::tag::matcher::Tag;
 
-impl<L: Clone> Engine<L> {
-    /// Queues a tagged send of `buf` on endpoint `ep` with the protocol `proto` that
-    /// [`crate::proto::select`] chose; the request's id. `FORCE_IMM_CMPL` refuses it
-    /// (`NoResource`), since it cannot complete at once.
-    pub fn tag_send_req(
-        &mut self,
-        ep: Id,
-        buf: UserBuf,
-        tag: Tag,
-        sync: bool,
-        param: RequestParam,
-        proto: Proto,
-    ) -> UcsResult<Id> {
-        let rid = self.tag_send_req_unqueued(ep, buf, tag, sync, param, proto)?;
-        self.enqueue(ep, Pending::Send(rid));
-        Ok(rid)
-    }
+/// Queues a tagged send of `buf` on endpoint `ep` with the protocol `proto` that
+/// [`crate::proto::select`] chose; the request's id. `FORCE_IMM_CMPL` refuses it
+/// (`NoResource`), since it cannot complete at once.
+pub(crate) fn send_req<L: Clone>(
+    sh: &mut Shared<L>,
+    ep: Id,
+    buf: UserBuf,
+    tag: Tag,
+    sync: bool,
+    param: RequestParam,
+    proto: Proto,
+) -> UcsResult<Id> {
+    let rid = new_send_req(sh, ep, buf, tag, sync, param, proto)?;
+    sh.enqueue(ep, Pending::Send(rid));
+    Ok(rid)
+}
 
-    /// A direct send the AM lane refused: queued as a request without another attempt now
-    /// (the driver parks the endpoint on the lane).
-    pub fn tag_send_req_blocked(
-        &mut self,
-        ep: Id,
-        buf: UserBuf,
-        tag: Tag,
-        param: RequestParam,
-        proto: Proto,
-    ) -> UcsResult<Id> {
-        let rid = self.tag_send_req_unqueued(ep, buf, tag, false, param, proto)?;
-        self.enqueue_blocked(ep, Pending::Send(rid));
-        Ok(rid)
-    }
+/// A direct send the AM lane refused: queued as a request without another attempt now
+/// (the driver parks the endpoint on the lane).
+pub(crate) fn send_req_blocked<L: Clone>(
+    sh: &mut Shared<L>,
+    ep: Id,
+    buf: UserBuf,
+    tag: Tag,
+    param: RequestParam,
+    proto: Proto,
+) -> UcsResult<Id> {
+    let rid = new_send_req(sh, ep, buf, tag, false, param, proto)?;
+    sh.enqueue_blocked(ep, Pending::Send(rid));
+    Ok(rid)
+}
 
-    /// The request of a tagged send, not queued yet.
-    fn tag_send_req_unqueued(
-        &mut self,
-        ep: Id,
-        buf: UserBuf,
-        tag: Tag,
-        sync: bool,
-        param: RequestParam,
-        proto: Proto,
-    ) -> UcsResult<Id> {
-        if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
-            return Err(Status::NoResource);
-        }
-        let phase = match proto {
-            Proto::EagerMulti => SendPhase::Frags { offset: 0, msg_id: self.msg_id() },
-            Proto::EagerZcopy => SendPhase::Zcopy { offset: 0, msg_id: self.msg_id() },
-            Proto::EagerShort | Proto::EagerBcopy | Proto::Rndv => SendPhase::Queued,
-        };
-        let len = buf.len();
-        let req = SendReq { ep, tag, buf, sync, acked: false, proto, phase, zc: None, hint: param.hint() };
-        let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn, param.detached);
-        st.info = RecvInfo { length: len, sender_tag: tag };
-        Ok(self.reqs.tab.insert(st))
+/// The request of a tagged send, not queued yet.
+fn new_send_req<L: Clone>(
+    sh: &mut Shared<L>,
+    ep: Id,
+    buf: UserBuf,
+    tag: Tag,
+    sync: bool,
+    param: RequestParam,
+    proto: Proto,
+) -> UcsResult<Id> {
+    if param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
+        return Err(Status::NoResource);
     }
+    let phase = match proto {
+        Proto::EagerMulti => SendPhase::Frags { offset: 0, msg_id: sh.msg_id() },
+        Proto::EagerZcopy => SendPhase::Zcopy { offset: 0, msg_id: sh.msg_id() },
+        Proto::EagerShort | Proto::EagerBcopy | Proto::Rndv => SendPhase::Queued,
+    };
+    let len = buf.len();
+    let req = SendReq { ep, tag, buf, sync, acked: false, proto, phase, zc: None, hint: param.hint() };
+    let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn, param.detached);
+    st.info = RecvInfo { length: len, sender_tag: tag };
+    Ok(sh.reqs.tab.insert(st))
 }

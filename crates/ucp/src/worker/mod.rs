@@ -97,7 +97,7 @@ impl Drop for Shared {
         self.core.with_engine(|e| e.destroy_all());
         let (reqs, tag) = {
             let mut e = self.core.engine.borrow_mut();
-            (std::mem::take(&mut e.reqs), std::mem::take(&mut e.tag))
+            (std::mem::take(&mut e.sh.reqs), std::mem::take(&mut e.tag))
         };
         drop((reqs, tag));
     }
@@ -416,7 +416,7 @@ impl Worker {
     /// Hands an owned buffer to request `id`.
     pub(crate) fn give<B: Send + 'static>(&self, id: Id, b: Box<B>) {
         if let Ok(e) = self.enter() {
-            if let Some(r) = e.core.engine.borrow_mut().reqs.tab.get_mut(id) {
+            if let Some(r) = e.core.engine.borrow_mut().sh.reqs.tab.get_mut(id) {
                 r.ext_mut().owned = Some(b);
                 return;
             }
@@ -430,8 +430,15 @@ impl Worker {
     pub(crate) fn take_back<B: 'static>(&self, id: Id) -> (Option<B>, Status, RecvInfo) {
         let Ok(e) = self.enter() else { return (None, Status::InvalidParam, RecvInfo::default()) };
         let (status, info) = e.core.req_status(id);
-        let owned =
-            e.core.engine.borrow_mut().reqs.tab.get_mut(id).and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
+        let owned = e
+            .core
+            .engine
+            .borrow_mut()
+            .sh
+            .reqs
+            .tab
+            .get_mut(id)
+            .and_then(|r| r.ext.as_mut().and_then(|x| x.owned.take()));
         e.core.req_release(id);
         let b = owned.and_then(|o| o.downcast::<B>().ok()).map(|b| *b);
         (b, status, info)
@@ -508,7 +515,7 @@ impl Worker {
     pub(crate) fn register_waker(&self, id: Id, w: &std::task::Waker) -> Status {
         let Ok(e) = self.enter() else { return Status::InvalidParam };
         let mut eng = e.core.engine.borrow_mut();
-        let Some(r) = eng.reqs.tab.get_mut(id) else { return Status::NoElem };
+        let Some(r) = eng.sh.reqs.tab.get_mut(id) else { return Status::NoElem };
         if r.status != Status::InProgress {
             return r.status;
         }
@@ -526,7 +533,7 @@ impl Worker {
         match self.enter() {
             Ok(e) => {
                 let eng = e.core.engine.borrow();
-                (eng.eps.len(), eng.reqs.tab.len(), eng.tag.unexp.len(), eng.reqs.exp.len())
+                (eng.sh.eps.len(), eng.sh.reqs.tab.len(), eng.tag.unexp.len(), eng.sh.reqs.exp.len())
             }
             Err(_) => (0, 0, 0, 0),
         }
@@ -534,7 +541,7 @@ impl Worker {
 
     /// How many messages each protocol carried so far.
     pub fn proto_counts(&self) -> crate::engine::ProtoCounts {
-        self.enter().map(|e| e.core.engine.borrow().counts).unwrap_or_default()
+        self.enter().map(|e| e.core.engine.borrow().sh.counts).unwrap_or_default()
     }
 
     /// Names of the interfaces, in address order (`transport/device`).
