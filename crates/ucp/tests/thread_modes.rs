@@ -15,6 +15,23 @@ fn worker(mode: ThreadMode) -> Worker {
     Worker::new(&ctx, &WorkerParams::new("t").thread_mode(mode)).unwrap()
 }
 
+/// The handles are `Send + Sync` whatever the thread mode (the mode decides at run time who
+/// may enter: a single-threaded worker refuses other threads, below); the futures over owned
+/// buffers are `Send`, so a multi-threaded executor may move them.
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Worker>();
+    send_sync::<ucp::Endpoint>();
+    send_sync::<Context>();
+    send_sync::<ucp::EventSource>();
+    send_sync::<ucp::ProgressDriver>();
+    send::<ucp::RecvFuture<Vec<u8>>>();
+    send::<ucp::SendFuture<Vec<u8>>>();
+    send::<ucp::RequestParam>();
+}
+
 #[test]
 fn single_mode_refuses_other_threads() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,188 @@
+//! The steady state of ucp allocates nothing: after a warm-up, 8-byte tagged sends and
+//! receives (eager short, detached and with request handles) and 64 KiB rendezvous transfers
+//! between two workers over shared memory make no heap allocation on this thread.
+//!
+//! A counting global allocator counts the allocations of the thread that enabled it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ucp::{
+    Context, ContextParams, Endpoint, Features, RecvData, RequestParam, SendData, Worker, WorkerParams, FULL_MASK,
+};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counting touches only a
+// thread-local flag (const-initialized, no allocation) and an atomic.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded; `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded; `ptr` came from `System` with `layout`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations `f` makes on this thread.
+fn allocations_of(f: impl FnOnce()) -> usize {
+    let before = ALLOCS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    ALLOCS.load(Ordering::Relaxed) - before
+}
+
+/// Two workers over posix (AM) and cma (rendezvous) with the rendezvous scheme `scheme`,
+/// connected both ways.
+fn pair(scheme: &str) -> (Worker, Worker, Endpoint) {
+    uct_shm::register();
+    let params = ContextParams::new(Features::TAG)
+        .with_config("TLS", "posix,cma")
+        .with_config("RNDV_THRESH", "16384")
+        .with_config("RNDV_SCHEME", scheme);
+    let ctx = Context::new(&params).unwrap();
+    let a = Worker::new(&ctx, &WorkerParams::new("a")).unwrap();
+    let b = Worker::new(&ctx, &WorkerParams::new("b")).unwrap();
+    let ab = a.ep_create(b.address()).unwrap();
+    let ba = b.ep_create(a.address()).unwrap();
+    // Wire up both ways.
+    let msg = [1u8; 8];
+    let mut back = [0u8; 8];
+    for _ in 0..3 {
+        exchange_handles(&a, &b, &ab, &msg, &mut back);
+    }
+    drop(ba);
+    (a, b, ab)
+}
+
+fn done(status: ucp::Status, _info: ucp::RecvInfo, flag: usize) {
+    assert!(!status.is_err(), "{status}");
+    // SAFETY: `flag` is the address of a `Cell<bool>` on the stack of `exchange_detached`,
+    // which waits for this callback before it returns.
+    unsafe { &*(flag as *const Cell<bool>) }.set(true);
+}
+
+/// One message `a` -> `b` with detached operations.
+fn exchange_detached(a: &Worker, b: &Worker, ab: &Endpoint, msg: &[u8], back: &mut [u8]) {
+    let (sent, got) = (Cell::new(false), Cell::new(false));
+    let p = |c: &Cell<bool>| RequestParam::new().callback_fn(done, c as *const Cell<bool> as usize);
+    // SAFETY: `back` and `msg` outlive the operations: this function waits for both callbacks.
+    unsafe {
+        if b.tag_recv_nbx_detached(RecvData::Contig(back), 7, FULL_MASK, p(&got)).unwrap().is_some() {
+            got.set(true);
+        }
+        if ab.tag_send_nbx_detached(SendData::Contig(msg), 7, p(&sent)).unwrap() {
+            sent.set(true);
+        }
+    }
+    let mut spins = 0u64;
+    while !(sent.get() && got.get()) {
+        a.progress();
+        b.progress();
+        spins += 1;
+        assert!(spins < 100_000_000, "the exchange did not complete");
+    }
+}
+
+/// One message `a` -> `b` with request handles.
+fn exchange_handles(a: &Worker, b: &Worker, ab: &Endpoint, msg: &[u8], back: &mut [u8]) {
+    // SAFETY: `back` and `msg` outlive the requests: both are waited for below.
+    let r = unsafe { b.tag_recv_nbx(RecvData::Contig(back), 9, FULL_MASK, RequestParam::new()) }.unwrap();
+    // SAFETY: as above.
+    let s = unsafe { ab.tag_send_nbx(SendData::Contig(msg), 9, RequestParam::new()) }.unwrap();
+    let mut spins = 0u64;
+    if let Some(s) = s {
+        while !s.is_completed() {
+            a.progress();
+            b.progress();
+            spins += 1;
+            assert!(spins < 100_000_000, "the send did not complete");
+        }
+    }
+    let got = match r {
+        ucp::RecvResult::Done(i) => i,
+        ucp::RecvResult::Pending(r) => {
+            while !r.is_completed() {
+                a.progress();
+                b.progress();
+                spins += 1;
+                assert!(spins < 100_000_000, "the receive did not complete");
+            }
+            r.recv_info().unwrap()
+        }
+    };
+    assert_eq!(got.length, msg.len());
+}
+
+#[test]
+fn the_counter_counts() {
+    assert_eq!(allocations_of(|| drop(std::hint::black_box(Box::new(1u64)))), 1);
+    assert_eq!(allocations_of(|| ()), 0);
+}
+
+#[test]
+fn steady_state_allocates_nothing() {
+    for scheme in ["am", "get_zcopy", "put_zcopy"] {
+        steady_state(scheme);
+    }
+}
+
+fn steady_state(scheme: &str) {
+    let (a, b, ab) = pair(scheme);
+    for (len, what) in [(8usize, "8-byte eager short"), (65536, "64 KiB rendezvous")] {
+        let what = format!("{what} ({scheme})");
+        let msg: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let mut back = vec![0u8; len];
+        // Warm-up: pools and tables grow to their working size.
+        for _ in 0..200 {
+            exchange_detached(&a, &b, &ab, &msg, &mut back);
+            exchange_handles(&a, &b, &ab, &msg, &mut back);
+        }
+        let n = allocations_of(|| {
+            for _ in 0..1000 {
+                exchange_detached(&a, &b, &ab, &msg, &mut back);
+            }
+        });
+        assert_eq!(n, 0, "{what}, detached operations: {n} allocations in 1000 messages");
+        let n = allocations_of(|| {
+            for _ in 0..1000 {
+                exchange_handles(&a, &b, &ab, &msg, &mut back);
+            }
+        });
+        assert_eq!(n, 0, "{what}, request handles: {n} allocations in 1000 messages");
+        assert!(back == msg, "{what}: the data");
+    }
+    let c = b.proto_counts();
+    let ran = match scheme {
+        "am" => c.rndv_am,
+        "get_zcopy" => c.rndv_get,
+        _ => c.rndv_put,
+    };
+    assert!(ran > 0, "no {scheme} rendezvous ran: {c:?}");
+    assert!(a.proto_counts().eager_short > 0);
+}
