@@ -1,9 +1,33 @@
 //! # ucp - Unified Communication Protocols
 //!
-//! The layer applications program against: context, worker, endpoints with wireup, MPI-grade tag
-//! matching, eager/rendezvous protocols, RMA, atomics, active messages and stream. It discovers
-//! transports through `uct` and chooses among them by capability and performance model; it never
-//! names a concrete transport.
+//! The layer applications program against: a [`Context`] (features, `UCX_*` configuration,
+//! resources), a [`Worker`] (progress, wakeup, the address peers connect to), [`Endpoint`]s
+//! with wireup, MPI tag matching with eager and rendezvous protocols, [`Request`]s and futures.
+//! RMA, atomics, active messages and stream come next, as families of the same engine. It
+//! discovers transports through `uct` and chooses among them by capability and performance
+//! model; it never names a concrete transport.
+//!
+//! ## How it is built
+//!
+//! * A sans-IO protocol engine (`engine`) owns the requests, the tag matcher and every
+//!   endpoint's protocol state. It takes events - a message arrived, a transmission went or was
+//!   refused, a zero-copy operation completed, a peer died, time passed, the user posted an
+//!   operation - and leaves work: transmissions for the driver to pull, and actions (run a
+//!   completion's callbacks, build or connect an endpoint's lanes, check a peer). It calls no
+//!   transport, clock or user callback; `sim` runs two of them on virtual time.
+//! * Its parts: what every protocol shares (requests, endpoints, the driver's work); each
+//!   family's state with its handlers (`tag`, `wireup`); the shared machinery as functions over
+//!   the shared part (`proto`: one protocol selection, eager, rendezvous, the queue's service).
+//! * A thin driver (`core`) owns the interfaces and transport endpoints and turns that work into
+//!   uct calls, never holding the engine across one (a loop-back transport delivers inside the
+//!   send call). A whole eager short or bcopy message on a ready endpoint goes straight to the
+//!   transport, with no request.
+//! * Wire formats are typed headers with strict decoders ([`wire`]); user memory enters
+//!   through one `unsafe` constructor at the API boundary (`dt`); the public handles
+//!   ([`worker`]) carry ids, never a reference into the engine.
+//!
+//! `docs/ucp.md` in the repository has the code map (object -> file) and the life of an
+//! 8-byte and a 1 MiB message through the files.
 
 pub mod config;
 pub mod context;

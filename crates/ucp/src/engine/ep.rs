@@ -8,7 +8,7 @@
 //!
 //! When a lane refuses a transmission the endpoint stops; the driver parks it on that lane
 //! (its wake waits in the transport's pending queue, [`Park::Parked`]) or, if the lane has
-//! resources again by then, lists it for progress to retry ([`Engine::retry`]). While parked,
+//! resources again by then, lists it for progress to retry ([`Shared::retry`](super::Shared::retry)). While parked,
 //! new operations queue behind; when the wake fires ([`Park::Waking`]) the queue replays, and
 //! the endpoint stays parked if something is left.
 

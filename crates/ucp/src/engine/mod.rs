@@ -2,11 +2,11 @@
 //!
 //! The engine owns the requests, the tag matcher and each endpoint's protocol state (status,
 //! switch points, the queue of what waits to go out, wireup). It takes events - a message
-//! arrived ([`Engine::on_am`]), a transmission went or was refused ([`Engine::tx_done`]), a
-//! zero-copy operation completed ([`Engine::zc_done`]), a transport reported a dead peer
-//! ([`Engine::on_ep_error`]), a timer fired ([`Engine::on_timer`], with an explicit `now`), the
+//! arrived ([`Engine::on_am`]), a transmission went or was refused ([`Shared::tx_done`]), a
+//! zero-copy operation completed ([`Shared::zc_done`]), a transport reported a dead peer
+//! ([`Engine::on_ep_error`]), a timer fired ([`Shared::on_timer`], with an explicit `now`), the
 //! user posted an operation - and yields work for its driver: transmissions, pulled with
-//! [`Engine::next_tx`], and [`Action`]s (run a completion's callbacks, build or connect an
+//! [`Shared::next_tx`], and [`Action`]s (run a completion's callbacks, build or connect an
 //! endpoint's lanes, check a peer), taken with [`Engine::pop_action`]. It never calls a
 //! transport, a clock or a user callback, so it runs the same under the real driver
 //! ([`crate::core::Core`]) and in memory, two engines against each other on virtual time
@@ -76,12 +76,12 @@ pub(crate) enum Action<L> {
     Done(Done),
     /// Run a completed request's callbacks, wake its future, drop the buffer it held.
     Full(CompletedFull),
-    /// The endpoint has transmissions to make: pull them with [`Engine::next_tx`].
+    /// The endpoint has transmissions to make: pull them with [`Shared::next_tx`].
     Transmit(Id),
-    /// A peer's wireup request names no endpoint here: build one ([`Engine::accept`]).
+    /// A peer's wireup request names no endpoint here: build one ([`ConnMatch::accept`]).
     Accept(Box<AcceptReq>),
     /// Connect the endpoint-to-endpoint lanes of `ep` to the peer's encoded endpoint
-    /// addresses, then report with [`Engine::p2p_connected`].
+    /// addresses, then report with [`ConnMatch::p2p_connected`] (or fail the endpoint, [`Engine::on_ep_error`]).
     ConnectP2p { ep: Id, addrs: Vec<u8> },
     /// An endpoint went: drop its lanes (after taking its wake off its lane if `parked`).
     Release { io: L, parked: bool },

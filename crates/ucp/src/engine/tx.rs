@@ -1,10 +1,10 @@
 //! Transmissions: what the engine asks the driver to send, and what the driver reports back.
 //!
 //! The engine keeps, per endpoint, a queue of what waits to go out ([`Pending`]). The driver
-//! pulls one transmission at a time ([`Engine::next_tx`](super::Engine::next_tx)), makes it
+//! pulls one transmission at a time ([`Shared::next_tx`](super::Shared::next_tx)), makes it
 //! with the transport - without holding the engine, since a loop-back transport delivers inside
 //! the send call - and reports the outcome
-//! ([`Engine::tx_done`](super::Engine::tx_done)); the engine then advances the operation,
+//! ([`Shared::tx_done`](super::Shared::tx_done)); the engine then advances the operation,
 //! gives a refused message back to the queue, or fails the operation.
 
 use ucs::idtable::Id;
@@ -28,7 +28,7 @@ pub(crate) enum Lane {
 }
 
 /// A zero-copy operation's completion, reported with
-/// [`Engine::zc_done`](super::Engine::zc_done) when it fires.
+/// [`Shared::zc_done`](super::Shared::zc_done) when it fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ZcDone {
     /// An eager zero-copy fragment of send `rid`.

@@ -5,7 +5,7 @@
 //! eager message goes ([`crate::tag`]).
 //!
 //! A send request sits at the front of its endpoint's queue while its pieces go out:
-//! [`send_next`] describes the next piece for the driver, [`Engine::send_done`] advances the
+//! [`send_next`] describes the next piece for the driver, [`send_done`] advances the
 //! request by what the driver reports.
 
 use ucs::idtable::Id;

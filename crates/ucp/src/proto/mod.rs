@@ -1,5 +1,5 @@
 //! The protocol machinery every communication family shares (UCX's `src/ucp/proto` and
-//! `rndv`): how an operation's data goes, chosen once per operation by [`select`]; the eager
+//! `rndv`): how an operation's data goes, chosen once per operation by [`select()`]; the eager
 //! protocols (short, bcopy in one fragment or several, zero-copy) in [`eager`]; rendezvous
 //! (RTS, then get_zcopy, put_zcopy or active-message fragments, then ATS/ATP) in [`rndv`]; the
 //! switch points of an endpoint in [`config`]. A family (tag matching today) supplies its headers and its

@@ -3,7 +3,7 @@
 //!
 //! * An operation that completes at once returns without a request (unless
 //!   [`RequestFlags::NO_IMM_CMPL`]); the callback is then not called, as in UCX.
-//! * Otherwise it returns a [`Request`](crate::Request): poll [`Request::status`], wait on it, or let the
+//! * Otherwise it returns a [`Request`](crate::Request): poll [`Request::status`](crate::Request::status), wait on it, or let the
 //!   callback run. Dropping a `Request` is `ucp_request_free`: the operation goes on and the
 //!   callback still fires.
 //! * The raw operations take pointers and are `unsafe` (the buffer must outlive the request).
@@ -92,7 +92,7 @@ pub(crate) struct SendReq {
     pub sync: bool,
     /// The receiver's match of a synchronous send was acknowledged.
     pub acked: bool,
-    /// The protocol [`crate::proto::select`] chose.
+    /// The protocol [`select`](crate::proto::select::select) chose.
     pub proto: Proto,
     pub phase: SendPhase,
     /// Zero-copy state (out of line, from the worker's pool: most sends never need it).
@@ -271,7 +271,7 @@ impl ReqState {
     }
 
     /// True when dropping this state would free nothing: no extension, no zero-copy state (a
-    /// [`Buf`] owns nothing). A field added to the request that owns memory must be checked
+    /// [`UserBuf`] owns nothing). A field added to the request that owns memory must be checked
     /// here too (else it leaks when a completed request is freed on the fast path).
     #[inline(always)]
     pub fn owns_nothing(&self) -> bool {

@@ -12,7 +12,7 @@ use crate::request::{RecvInfo, RequestParam};
 
 impl TagState {
     /// Looks at the unexpected queue; with `remove`, takes the message out into a handle for
-    /// [`Engine::msg_recv`] (later fragments of a message still arriving follow it there).
+    /// [`TagState::msg_recv`] (later fragments of a message still arriving follow it there).
     pub fn probe(&mut self, tag: Tag, mask: Tag, remove: bool) -> Option<(RecvInfo, Option<Id>)> {
         let (h, t, msg) = self.unexp.probe(tag, mask)?;
         let info = RecvInfo { length: msg.length(), sender_tag: t };

@@ -12,7 +12,7 @@ use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam, Se
 use crate::tag::matcher::Tag;
 
 /// Queues a tagged send of `buf` on endpoint `ep` with the protocol `proto` that
-/// [`crate::proto::select`] chose; the request's id. `FORCE_IMM_CMPL` refuses it
+/// [`select`](crate::proto::select::select) chose; the request's id. `FORCE_IMM_CMPL` refuses it
 /// (`NoResource`), since it cannot complete at once.
 pub(crate) fn send_req<L: Clone>(
     sh: &mut Shared<L>,

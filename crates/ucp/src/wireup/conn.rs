@@ -39,7 +39,7 @@ pub(crate) struct AcceptReq {
     pub ep_addrs: Vec<u8>,
 }
 
-/// How [`Engine::connect_begin`] answers.
+/// How [`ConnMatch::connect_begin`] answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Connect {
     /// An endpoint a peer's request created already: it is the user's now.
