@@ -17,6 +17,7 @@ use ucs::{OpResult, Status, UcsResult};
 
 use crate::am::AmHandler;
 use crate::attr::{AtomicOp, EventFlags, IfaceAttr};
+use crate::base::BaseIface;
 use crate::completion::Completion;
 use crate::mem::{Iov, RemoteKey};
 use crate::pending::PendingHandle;
@@ -161,8 +162,13 @@ fn unsupported<T>() -> UcsResult<T> {
 
 /// A communication interface on one device, opened on a [`crate::Worker`].
 pub trait Iface {
+    /// The part every interface has ([`BaseIface`]); the defaults below use it.
+    fn base(&self) -> &BaseIface;
+
     /// Capabilities and performance model.
-    fn attr(&self) -> &IfaceAttr;
+    fn attr(&self) -> &IfaceAttr {
+        &self.base().attr
+    }
 
     /// Progresses receives, send completions and pending requests; returns the number of events.
     fn progress(&self) -> usize;
@@ -171,10 +177,15 @@ pub trait Iface {
     fn progress_enable(&self, flags: ProgressFlags);
 
     /// Unregisters this interface's progress from its worker.
-    fn progress_disable(&self, flags: ProgressFlags);
+    fn progress_disable(&self, flags: ProgressFlags) {
+        let _ = flags;
+        self.base().progress.disable();
+    }
 
     /// Sets (or clears, with `None`) the handler of active message `id` (0..32).
-    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()>;
+    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
+        self.base().am.set(id, handler)
+    }
 
     /// The device address.
     fn device_address(&self) -> Vec<u8>;

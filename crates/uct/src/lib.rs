@@ -15,7 +15,9 @@
 //! * [`Worker`]: the progress engine interfaces register with.
 //! * [`Iface`]: one transport on one device: capabilities and performance model
 //!   ([`IfaceAttr`]), active-message handlers ([`AmTable`], [`AmRecv`], [`AmDesc`]), addresses,
-//!   reachability, flush, wakeup (`event_fd`/`event_arm`), hardware tag matching.
+//!   reachability, flush, wakeup (`event_fd`/`event_arm`), hardware tag matching. What every
+//!   interface has - attributes, AM table, pending queue, progress registration, failure
+//!   handler, the cleanup when it goes - is one [`BaseIface`] each transport keeps.
 //! * [`Ep`]: every operation family of the UCT design - put/get short/bcopy/zcopy, active
 //!   messages short/bcopy/zcopy with ids 0..32, 32/64-bit atomics, flush, fence, pending,
 //!   peer check, to-ep connection, and the tag-offload family.
@@ -41,6 +43,7 @@
 
 mod am;
 mod attr;
+mod base;
 mod completion;
 mod iface;
 mod md;
@@ -57,6 +60,7 @@ pub use attr::{
     AtomicCaps, AtomicOp, AtomicOps, BandwidthModel, DeviceType, EventFlags, IfaceAttr, IfaceFlags, LinearFunc, MdAttr,
     MdFlags, MemAccess, OpCaps, TagCaps, TlResource,
 };
+pub use base::BaseIface;
 pub use completion::Completion;
 pub use iface::{
     Ep, EpConnect, EpParams, ErrHandler, FlushFlags, Iface, IfaceParams, PackFn, ProgressFlags, SendFlags,

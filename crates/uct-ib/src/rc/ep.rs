@@ -95,7 +95,7 @@ impl EpShared {
     #[inline]
     fn ready(&self, signal: bool) -> OpResult<()> {
         self.check_state()?;
-        if self.sq_available.get() <= 0 || !self.iface.pending.may_send(self.group) {
+        if self.sq_available.get() <= 0 || !self.iface.base.pending.may_send(self.group) {
             return Ok(Outcome::NoResource);
         }
         let need_cq =
@@ -190,8 +190,8 @@ impl EpShared {
                 None => break,
             }
         }
-        if retired > 0 && !self.iface.pending.group_is_empty(self.group) {
-            self.iface.pending.schedule(self.group);
+        if retired > 0 && !self.iface.base.pending.group_is_empty(self.group) {
+            self.iface.base.pending.schedule(self.group);
         }
     }
 
@@ -219,8 +219,8 @@ impl EpShared {
             self.retire(op, status);
         }
         self.iface.report_failure(self.user_data, status);
-        if !self.iface.pending.group_is_empty(self.group) {
-            self.iface.pending.schedule(self.group);
+        if !self.iface.base.pending.group_is_empty(self.group) {
+            self.iface.base.pending.schedule(self.group);
         }
     }
 
@@ -233,8 +233,8 @@ impl EpShared {
 
     pub(crate) fn on_grant(&self) {
         self.fc_wnd.set(self.iface.cfg.fc_wnd_size as i64);
-        if !self.iface.pending.group_is_empty(self.group) {
-            self.iface.pending.schedule(self.group);
+        if !self.iface.base.pending.group_is_empty(self.group) {
+            self.iface.base.pending.schedule(self.group);
         }
     }
 
@@ -344,7 +344,7 @@ impl EpShared {
         if self.outstanding.borrow().is_empty() && self.unsignaled.get() == 0 && self.sn.get() == self.done_sn.get() {
             return Ok(Outcome::Done(()));
         }
-        if !self.iface.pending.may_send(self.group) {
+        if !self.iface.base.pending.may_send(self.group) {
             return Ok(Outcome::NoResource);
         }
         if self.unsignaled.get() > 0 || self.outstanding.borrow().is_empty() {
@@ -399,7 +399,7 @@ impl RcEp {
             sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS,
             "INIT",
         )?;
-        let group = iface.pending.add_group();
+        let group = iface.base.pending.add_group();
         let s = Rc::new(EpShared {
             iface: iface.clone(),
             user_data,
@@ -492,7 +492,7 @@ impl RcEp {
         let s = &self.s;
         check_am_id(id)?;
         let total: usize = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
-        check_length(total - 1, s.iface.attr.am.max_short, "am_short")?;
+        check_length(total - 1, s.iface.base.attr.am.max_short, "am_short")?;
         if let Outcome::NoResource = s.ready(false)? {
             return Ok(Outcome::NoResource);
         }
@@ -522,7 +522,7 @@ impl RcEp {
         comp: Option<&Rc<Completion>>,
     ) -> OpResult {
         let s = &self.s;
-        if s.iface.attr.atomic64.fop_flags.is_empty() {
+        if s.iface.base.attr.atomic64.fop_flags.is_empty() {
             return Err(Status::Unsupported);
         }
         if remote_addr % 8 != 0 {
@@ -586,7 +586,7 @@ impl Drop for RcEp {
         let i = &s.iface;
         i.eps.borrow_mut().remove(&s.qp.qp_num());
         i.groups.borrow_mut().remove(&s.group);
-        i.pending.remove_group(s.group);
+        i.base.pending.remove_group(s.group);
         // Completions still in the CQ for this QP are ignored; give their entries back.
         i.cq_available.set(i.cq_available.get() + s.signaled.replace(0));
         s.to_error_state();
@@ -600,7 +600,7 @@ impl Drop for RcEp {
 impl Ep for RcEp {
     fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
         let s = &self.s;
-        check_length(data.len(), s.iface.attr.put.max_short, "put_short")?;
+        check_length(data.len(), s.iface.base.attr.put.max_short, "put_short")?;
         let rk = self.rkey_checked(rkey, remote_addr, data.len())?;
         if let Outcome::NoResource = s.ready(false)? {
             return Ok(Outcome::NoResource);
@@ -633,7 +633,7 @@ impl Ep for RcEp {
         rkey: &RemoteKey,
         comp: Option<&Rc<Completion>>,
     ) -> OpResult {
-        let max = self.s.iface.attr.put.max_zcopy;
+        let max = self.s.iface.base.attr.put.max_zcopy;
         // SAFETY: forwarded (caller).
         unsafe { self.rdma_zcopy(sys::IBV_WR_RDMA_WRITE, max, iov, remote_addr, rkey, comp) }
     }
@@ -647,7 +647,7 @@ impl Ep for RcEp {
         comp: Option<&Rc<Completion>>,
     ) -> OpResult {
         let s = &self.s;
-        check_length(length, s.iface.attr.get.max_bcopy, "get_bcopy")?;
+        check_length(length, s.iface.base.attr.get.max_bcopy, "get_bcopy")?;
         let rk = self.rkey_checked(rkey, remote_addr, length)?;
         if let Outcome::NoResource = s.ready(true)? {
             return Ok(Outcome::NoResource);
@@ -667,7 +667,7 @@ impl Ep for RcEp {
         rkey: &RemoteKey,
         comp: Option<&Rc<Completion>>,
     ) -> OpResult {
-        let max = self.s.iface.attr.get.max_zcopy;
+        let max = self.s.iface.base.attr.get.max_zcopy;
         // SAFETY: forwarded (caller).
         unsafe { self.rdma_zcopy(sys::IBV_WR_RDMA_READ, max, iov, remote_addr, rkey, comp) }
     }
@@ -711,9 +711,9 @@ impl Ep for RcEp {
     ) -> OpResult {
         let s = &self.s;
         check_am_id(id)?;
-        check_length(header.len(), s.iface.attr.am.max_hdr, "am_zcopy header")?;
+        check_length(header.len(), s.iface.base.attr.am.max_hdr, "am_zcopy header")?;
         let len = iov_total_len(iov);
-        check_length(header.len() + len, s.iface.attr.am.max_zcopy, "am_zcopy")?;
+        check_length(header.len() + len, s.iface.base.attr.am.max_zcopy, "am_zcopy")?;
         let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; 8];
         let max = s.iface.max_send_sge.min(8);
         let n = s.sges_from_iov(iov, &mut sges[1..max])?;
@@ -737,7 +737,7 @@ impl Ep for RcEp {
     }
 
     fn atomic64_post(&self, op: AtomicOp, value: u64, remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        if op != AtomicOp::Add || !self.s.iface.attr.atomic64.op_flags.has(op) {
+        if op != AtomicOp::Add || !self.s.iface.base.attr.atomic64.op_flags.has(op) {
             return Err(Status::Unsupported);
         }
         // A fetch-add whose result nobody reads; complete locally at once.
@@ -801,15 +801,15 @@ impl Ep for RcEp {
     fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
         let s = &self.s;
         let window_open = s.iface.cfg.fc_wnd_size == 0 || s.fc_wnd.get() > 0;
-        if s.has_send_resources() && window_open && s.iface.pending.group_is_empty(s.group) && !s.is_failed() {
+        if s.has_send_resources() && window_open && s.iface.base.pending.group_is_empty(s.group) && !s.is_failed() {
             return Err(Status::Busy);
         }
-        s.iface.pending.push(s.group, req);
+        s.iface.base.pending.push(s.group, req);
         Ok(())
     }
 
     fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
-        self.s.iface.pending.purge(self.s.group, sink);
+        self.s.iface.base.pending.purge(self.s.group, sink);
     }
 
     fn address(&self) -> UcsResult<Vec<u8>> {

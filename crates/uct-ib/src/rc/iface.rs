@@ -11,9 +11,8 @@ use ucs::arbiter::GroupId;
 use ucs::mpool::MemPool;
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler,
-    EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
-    ProgressRegistration, Resources, Worker,
+    AmRecv, AtomicCaps, AtomicOps, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags,
+    FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
 };
 
 use super::config::RcConfig;
@@ -25,16 +24,14 @@ use crate::pool::{reg_pool, RecvSlots, RegChunks};
 use crate::verbs::{CompChannel, Cq, Pd, Qp, Srq};
 
 pub(crate) struct IfaceInner {
+    /// Attributes, AM handlers, pending queue, progress registration, failure handler.
+    pub base: BaseIface,
     /// Keeps the device open for as long as endpoints exist.
     pub _dev: Rc<IbDevice>,
     pub pd: Rc<Pd>,
     pub port: Port,
     pub gid: GidChoice,
     pub cfg: RcConfig,
-    pub attr: IfaceAttr,
-    pub am: AmTable,
-    pub pending: PendingQueue,
-    pub err_handler: Option<ErrHandler>,
     pub chan: Rc<CompChannel>,
     pub send_cq: Rc<Cq>,
     pub recv_cq: Rc<Cq>,
@@ -59,7 +56,6 @@ pub(crate) struct IfaceInner {
     pub max_inline: usize,
     pub max_send_sge: usize,
     pub max_rd_atomic: u32,
-    progress: ProgressRegistration,
     closing: Cell<bool>,
 }
 
@@ -116,7 +112,7 @@ impl IfaceInner {
                     ep.owe_grant();
                 }
             }
-            let _ = self.am.invoke(hdr & AM_ID_MASK, AmRecv::from_desc(&mut buf, 1, len - 1));
+            let _ = self.base.am.invoke(hdr & AM_ID_MASK, AmRecv::from_desc(&mut buf, 1, len - 1));
         }
         // A kept descriptor left `buf` empty; the refill takes a fresh one.
         self.rx.borrow_mut().slots[idx] = buf;
@@ -148,10 +144,10 @@ impl IfaceInner {
     }
 
     fn dispatch_pending(&self) -> usize {
-        if self.pending.is_empty() {
+        if self.base.pending.is_empty() {
             return 0;
         }
-        self.pending.dispatch(|g| {
+        self.base.pending.dispatch(|g| {
             if self.cq_available.get() <= 0 {
                 return Resources::IfaceExhausted;
             }
@@ -203,9 +199,7 @@ impl IfaceInner {
 
     /// Reports an endpoint failure to the user's handler.
     pub(crate) fn report_failure(&self, user_data: u64, status: Status) {
-        if let Some(h) = &self.err_handler {
-            h(user_data, status);
-        }
+        self.base.report_failure(user_data, status);
     }
 }
 
@@ -323,10 +317,7 @@ impl RcIface {
             pd: md.pd.clone(),
             port,
             gid,
-            attr,
-            am: AmTable::new(),
-            pending: PendingQueue::new(),
-            err_handler: params.err_handler.clone(),
+            base: BaseIface::new(worker, params, attr),
             chan,
             send_cq,
             recv_cq,
@@ -347,7 +338,6 @@ impl RcIface {
             max_inline,
             max_send_sge,
             max_rd_atomic,
-            progress: ProgressRegistration::new(worker),
             closing: Cell::new(false),
             cfg,
         });
@@ -370,8 +360,8 @@ impl RcIface {
 }
 
 impl Iface for RcIface {
-    fn attr(&self) -> &IfaceAttr {
-        &self.inner.attr
+    fn base(&self) -> &BaseIface {
+        &self.inner.base
     }
 
     fn progress(&self) -> usize {
@@ -379,15 +369,7 @@ impl Iface for RcIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        self.inner.progress.enable_for(&self.inner, |i| i.progress());
-    }
-
-    fn progress_disable(&self, _flags: ProgressFlags) {
-        self.inner.progress.disable();
-    }
-
-    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
-        self.inner.am.set(id, handler)
+        self.inner.base.progress.enable_for(&self.inner, |i| i.progress());
     }
 
     fn device_address(&self) -> Vec<u8> {
@@ -473,8 +455,6 @@ impl Iface for RcIface {
 impl Drop for RcIface {
     fn drop(&mut self) {
         self.inner.closing.set(true);
-        self.inner.progress.disable();
-        self.inner.am.clear();
-        self.inner.pending.clear();
+        self.inner.base.close();
     }
 }

@@ -49,7 +49,7 @@ impl UdVerbsEp {
         iface.ah_for(&dev)?;
         let now = ucs::time::now();
         let id = iface.core.borrow_mut().connect_to_iface(now, PeerAddr { dev_addr: dev, qp_num }, 0)?;
-        let group = iface.pending.add_group();
+        let group = iface.base.pending.add_group();
         iface.groups.borrow_mut().insert(group, id);
         iface.with_state(id, |st| {
             st.user = true;
@@ -81,7 +81,7 @@ impl UdVerbsEp {
             return Err(st);
         }
         let i = &self.iface;
-        if !i.pending.may_send(self.group) || !i.tx_available() || !i.core.borrow().can_send(self.id) {
+        if !i.base.pending.may_send(self.group) || !i.tx_available() || !i.core.borrow().can_send(self.id) {
             return Ok(Outcome::NoResource);
         }
         Ok(Outcome::Done(()))
@@ -160,7 +160,7 @@ impl Drop for UdVerbsEp {
     fn drop(&mut self) {
         let i = &self.iface;
         i.groups.borrow_mut().remove(&self.group);
-        i.pending.remove_group(self.group);
+        i.base.pending.remove_group(self.group);
         let now = ucs::time::now();
         let flushes = i.with_state(self.id, |st| {
             st.user = false;
@@ -178,7 +178,7 @@ impl Drop for UdVerbsEp {
 
 impl Ep for UdVerbsEp {
     fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> OpResult {
-        check_length(data.len(), self.iface.attr.put.max_short, "put_short")?;
+        check_length(data.len(), self.iface.base.attr.put.max_short, "put_short")?;
         rkey.check(COMPONENT, remote_addr, data.len())?;
         let rk = rkey.rkey() as u32;
         self.send(PacketKind::Put, |buf| {
@@ -189,16 +189,16 @@ impl Ep for UdVerbsEp {
     }
 
     fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
-        self.am_gather(id, &[&header.to_ne_bytes(), payload], self.iface.attr.am.max_short)
+        self.am_gather(id, &[&header.to_ne_bytes(), payload], self.iface.base.attr.am.max_short)
     }
 
     fn am_short_iov(&self, id: u8, iov: &[&[u8]]) -> OpResult {
-        self.am_gather(id, iov, self.iface.attr.am.max_short)
+        self.am_gather(id, iov, self.iface.base.attr.am.max_short)
     }
 
     fn am_bcopy(&self, id: u8, pack: PackFn<'_>, _flags: SendFlags) -> OpResult<usize> {
         check_am_id(id)?;
-        self.send_bcopy(PacketKind::Am(id), &[], pack, self.iface.attr.am.max_bcopy)
+        self.send_bcopy(PacketKind::Am(id), &[], pack, self.iface.base.attr.am.max_bcopy)
     }
 
     unsafe fn am_zcopy(
@@ -211,7 +211,7 @@ impl Ep for UdVerbsEp {
     ) -> OpResult {
         let _ = comp;
         check_am_id(id)?;
-        let caps = &self.iface.attr.am;
+        let caps = &self.iface.base.attr.am;
         check_length(header.len(), caps.max_hdr, "am_zcopy header")?;
         let len = iov_total_len(iov);
         check_length(header.len().saturating_add(len), caps.max_bcopy, "am_zcopy")?;
@@ -236,7 +236,7 @@ impl Ep for UdVerbsEp {
     }
 
     fn flush(&self, flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
-        if !self.iface.pending.may_send(self.group) {
+        if !self.iface.base.pending.may_send(self.group) {
             return Ok(Outcome::NoResource);
         }
         self.iface.flush_ep(self.id, flags, comp)
@@ -269,15 +269,15 @@ impl Ep for UdVerbsEp {
             let core = i.core.borrow();
             core.ep(self.id).map_or((false, true), |r| (r.can_send(), r.status().is_err()))
         };
-        if can_send && i.tx_available() && i.pending.group_is_empty(self.group) && !failed {
+        if can_send && i.tx_available() && i.base.pending.group_is_empty(self.group) && !failed {
             return Err(Status::Busy);
         }
-        i.pending.push(self.group, req);
+        i.base.pending.push(self.group, req);
         Ok(())
     }
 
     fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
-        self.iface.pending.purge(self.group, sink);
+        self.iface.base.pending.purge(self.group, sink);
     }
 }
 

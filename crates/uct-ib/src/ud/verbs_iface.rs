@@ -27,9 +27,8 @@ use ucs::fraglist::Sn16;
 use ucs::mpool::MemPool;
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    AmHandler, AmTable, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, EventFlags, FlushFlags, Iface,
-    IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags, ProgressRegistration,
-    Resources, Worker,
+    BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags, FlushFlags, Iface, IfaceAttr,
+    IfaceFlags, IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
 };
 
 use super::conn::{IfaceEvent, UdIface};
@@ -125,16 +124,14 @@ pub struct UdVerbsStats {
 }
 
 pub(crate) struct IfaceInner {
+    /// Attributes, AM handlers, pending queue, progress registration, failure handler.
+    pub base: BaseIface,
     /// Keeps the device open for as long as endpoints exist.
     _dev: Rc<IbDevice>,
     pd: Rc<Pd>,
     pub port: Port,
     gid: GidChoice,
     pub cfg: UdVerbsConfig,
-    pub attr: IfaceAttr,
-    am: AmTable,
-    pub pending: PendingQueue,
-    err_handler: Option<ErrHandler>,
     /// The QP comes before everything its posted requests point at (receive slots, send
     /// descriptors, address handles), so it is destroyed first.
     qp: Qp,
@@ -167,7 +164,6 @@ pub(crate) struct IfaceInner {
     stats: Cell<UdVerbsStats>,
     warned_put: Cell<bool>,
     warned_creq: Cell<bool>,
-    progress: ProgressRegistration,
 }
 
 fn bump(stats: &Cell<UdVerbsStats>, f: impl FnOnce(&mut UdVerbsStats)) {
@@ -259,8 +255,8 @@ impl IfaceInner {
             c.complete(result);
         }
         if let Some(g) = group {
-            if (can_send || status.is_err()) && !self.pending.group_is_empty(g) {
-                self.pending.schedule(g);
+            if (can_send || status.is_err()) && !self.base.pending.group_is_empty(g) {
+                self.base.pending.schedule(g);
             }
         }
     }
@@ -299,8 +295,8 @@ impl IfaceInner {
                     });
                     tracing::debug!(ep, %status, "ud_verbs: endpoint failed");
                     self.after_ep_activity(ep);
-                    if let (Some(ud), Some(h)) = (report, &self.err_handler) {
-                        h(ud, status);
+                    if let Some(ud) = report {
+                        self.base.report_failure(ud, status);
                     }
                 }
             }
@@ -342,10 +338,10 @@ impl IfaceInner {
     }
 
     fn dispatch_pending(&self) -> usize {
-        if self.pending.is_empty() {
+        if self.base.pending.is_empty() {
             return 0;
         }
-        self.pending.dispatch(|g| {
+        self.base.pending.dispatch(|g| {
             if !self.tx_available() {
                 return Resources::IfaceExhausted;
             }
@@ -576,10 +572,7 @@ impl UdVerbsIface {
             pd: md.pd.clone(),
             port,
             gid,
-            attr,
-            am: AmTable::new(),
-            pending: PendingQueue::new(),
-            err_handler: params.err_handler.clone(),
+            base: BaseIface::new(worker, params, attr),
             qp,
             chan,
             send_cq,
@@ -612,7 +605,6 @@ impl UdVerbsIface {
             stats: Cell::new(UdVerbsStats::default()),
             warned_put: Cell::new(false),
             warned_creq: Cell::new(false),
-            progress: ProgressRegistration::new(worker),
             cfg,
         });
         let posted = inner.refill();
@@ -685,8 +677,8 @@ impl UdVerbsIface {
 }
 
 impl Iface for UdVerbsIface {
-    fn attr(&self) -> &IfaceAttr {
-        &self.inner.attr
+    fn base(&self) -> &BaseIface {
+        &self.inner.base
     }
 
     fn progress(&self) -> usize {
@@ -694,15 +686,7 @@ impl Iface for UdVerbsIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        self.inner.progress.enable_for(&self.inner, |i| i.progress());
-    }
-
-    fn progress_disable(&self, _flags: ProgressFlags) {
-        self.inner.progress.disable();
-    }
-
-    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
-        self.inner.am.set(id, handler)
+        self.inner.base.progress.enable_for(&self.inner, |i| i.progress());
     }
 
     fn device_address(&self) -> Vec<u8> {
@@ -811,9 +795,7 @@ impl Iface for UdVerbsIface {
 impl Drop for UdVerbsIface {
     fn drop(&mut self) {
         tracing::debug!(stats = ?self.stats(), "ud_verbs: closing the interface");
-        self.inner.progress.disable();
-        self.inner.am.clear();
-        self.inner.pending.clear();
+        self.inner.base.close();
     }
 }
 

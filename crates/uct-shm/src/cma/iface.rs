@@ -7,9 +7,8 @@ use std::rc::{Rc, Weak};
 use ucs::config::{Config, MemUnits};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    iov_total_len, AmHandler, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler, EventFlags, FlushFlags,
-    Iface, IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, ProgressRegistration, RemoteKey,
-    Worker,
+    iov_total_len, AmHandler, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags, FlushFlags,
+    Iface, IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, RemoteKey, Worker,
 };
 
 use super::NAME;
@@ -75,16 +74,11 @@ struct EpState {
 }
 
 struct Inner {
-    attr: IfaceAttr,
+    /// Attributes, AM handlers, pending queue, progress registration, failure handler.
+    base: BaseIface,
     seg_size: usize,
     tx_quota: u32,
     queue: RefCell<VecDeque<Op>>,
-    err_handler: Option<ErrHandler>,
-    /// Registered with the worker once progress is enabled and an operation was queued, so an
-    /// interface that never queues (the common case for small messages) costs the worker's
-    /// progress nothing. It stays registered after that (registering per operation would cost
-    /// allocations in the callback queue), but paused while the queue is empty.
-    progress: ProgressRegistration,
     /// The user enabled progress.
     progress_wanted: Cell<bool>,
 }
@@ -92,9 +86,7 @@ struct Inner {
 fn fail_ep(inner: &Inner, ep: &EpState, status: Status) {
     if ep.failed.replace(Some(status)).is_none() {
         tracing::debug!(pid = ep.pid, "cma: peer not accessible any more: {status}");
-        if let Some(h) = &inner.err_handler {
-            h(ep.user_data, status);
-        }
+        inner.base.report_failure(ep.user_data, status);
     }
 }
 
@@ -180,16 +172,16 @@ impl Inner {
         }
         if self.queue.borrow().is_empty() {
             // Nothing left: the worker's progress skips this interface until the next enqueue.
-            self.progress.pause();
+            self.base.progress.pause();
         }
         events
     }
 
     fn enqueue(self: &Rc<Self>, op: Op) -> OpResult {
         self.queue.borrow_mut().push_back(op);
-        self.progress.resume();
-        if self.progress_wanted.get() && !self.progress.is_enabled() {
-            self.progress.enable_for(self, Inner::progress);
+        self.base.progress.resume();
+        if self.progress_wanted.get() && !self.base.progress.is_enabled() {
+            self.base.progress.enable_for(self, Inner::progress);
         }
         Ok(Outcome::InProgress)
     }
@@ -246,12 +238,10 @@ impl CmaIface {
         };
         Ok(CmaIface {
             inner: Rc::new(Inner {
-                attr,
+                base: BaseIface::new(worker, params, attr),
                 seg_size,
                 tx_quota: t.tx_quota,
                 queue: RefCell::new(VecDeque::with_capacity(64)),
-                err_handler: params.err_handler.clone(),
-                progress: ProgressRegistration::new(worker),
                 progress_wanted: Cell::new(false),
             }),
         })
@@ -262,7 +252,7 @@ impl Drop for CmaIface {
     fn drop(&mut self) {
         // Endpoints may outlive the interface: their operations must not register it again.
         self.inner.progress_wanted.set(false);
-        self.inner.progress.disable();
+        self.inner.base.close();
         // Operations never started complete as canceled.
         let ops: Vec<Op> = self.inner.queue.borrow_mut().drain(..).collect();
         for op in ops {
@@ -274,8 +264,8 @@ impl Drop for CmaIface {
 }
 
 impl Iface for CmaIface {
-    fn attr(&self) -> &IfaceAttr {
-        &self.inner.attr
+    fn base(&self) -> &BaseIface {
+        &self.inner.base
     }
 
     fn progress(&self) -> usize {
@@ -285,13 +275,13 @@ impl Iface for CmaIface {
     fn progress_enable(&self, _flags: ProgressFlags) {
         self.inner.progress_wanted.set(true);
         if !self.inner.queue.borrow().is_empty() {
-            self.inner.progress.enable_for(&self.inner, Inner::progress);
+            self.inner.base.progress.enable_for(&self.inner, Inner::progress);
         }
     }
 
     fn progress_disable(&self, _flags: ProgressFlags) {
         self.inner.progress_wanted.set(false);
-        self.inner.progress.disable();
+        self.inner.base.progress.disable();
     }
 
     fn set_am_handler(&self, id: u8, _handler: Option<AmHandler>) -> UcsResult<()> {
@@ -383,8 +373,8 @@ impl CmaEp {
             return Err(s);
         }
         let cap = match dir {
-            Dir::Put => self.iface.attr.put.max_iov,
-            Dir::Get => self.iface.attr.get.max_iov,
+            Dir::Put => self.iface.base.attr.put.max_iov,
+            Dir::Get => self.iface.base.attr.get.max_iov,
         };
         if iov.len() > cap || iov.iter().any(|e| e.count > 1 && e.stride != e.length && e.stride != 0) {
             return Err(Status::InvalidParam);

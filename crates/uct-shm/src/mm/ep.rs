@@ -91,9 +91,9 @@ impl MmEp {
             full_count: Cell::new(0),
             signal_to,
         });
-        let group = iface.pending.add_group();
+        let group = iface.base.pending.add_group();
         iface.eps.borrow_mut().push((group, Rc::downgrade(&shared)));
-        let max_short = iface.attr.am.max_short.min(shared.remote.layout.max_inline());
+        let max_short = iface.base.attr.am.max_short.min(shared.remote.layout.max_inline());
         Ok(MmEp { shared, iface: iface.clone(), group, user_data, max_short })
     }
 
@@ -110,9 +110,7 @@ impl MmEp {
     fn fail(&self, status: Status) -> Status {
         if self.shared.failed.replace(Some(status)).is_none() {
             tracing::debug!(pid = self.shared.remote.seg.pid, "{}: peer process is gone", self.iface.comp.name);
-            if let Some(h) = &self.iface.err_handler {
-                h(self.user_data, status);
-            }
+            self.iface.base.report_failure(self.user_data, status);
         }
         status
     }
@@ -167,7 +165,7 @@ impl MmEp {
         f: impl FnOnce(LocalRegion, u64) -> UcsResult<R>,
     ) -> OpResult<R> {
         self.check_failed()?;
-        if !self.iface.pending.may_send(self.group) {
+        if !self.iface.base.pending.may_send(self.group) {
             return Ok(Outcome::NoResource);
         }
         let (r, off) = self.region(rkey, addr, len)?;
@@ -182,7 +180,7 @@ impl MmEp {
         check_am_id(id)?;
         check_length(total, self.max_short, "am_short")?;
         self.check_failed()?;
-        if !self.iface.pending.may_send(self.group) {
+        if !self.iface.base.pending.may_send(self.group) {
             return Ok(Outcome::NoResource);
         }
         let Some(claim) = self.shared.producer.claim() else { return self.no_resource() };
@@ -198,7 +196,7 @@ impl MmEp {
 
 impl Drop for MmEp {
     fn drop(&mut self) {
-        self.iface.pending.remove_group(self.group);
+        self.iface.base.pending.remove_group(self.group);
         self.iface.eps.borrow_mut().retain(|(g, _)| *g != self.group);
     }
 }
@@ -206,7 +204,7 @@ impl Drop for MmEp {
 macro_rules! ordered {
     ($self:ident) => {
         $self.check_failed()?;
-        if !$self.iface.pending.may_send($self.group) {
+        if !$self.iface.base.pending.may_send($self.group) {
             return Ok(Outcome::NoResource);
         }
     };
@@ -299,7 +297,7 @@ impl Ep for MmEp {
 
     fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
         self.check_failed()?;
-        if self.iface.pending.group_is_empty(self.group) {
+        if self.iface.base.pending.group_is_empty(self.group) {
             Ok(Outcome::Done(()))
         } else {
             Ok(Outcome::NoResource)
@@ -317,14 +315,14 @@ impl Ep for MmEp {
 
     fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
         self.check_failed()?;
-        if self.iface.pending.group_is_empty(self.group) && self.shared.producer.has_room() {
+        if self.iface.base.pending.group_is_empty(self.group) && self.shared.producer.has_room() {
             return Err(Status::Busy);
         }
-        self.iface.pending.push(self.group, req);
+        self.iface.base.pending.push(self.group, req);
         Ok(())
     }
 
     fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
-        self.iface.pending.purge(self.group, sink);
+        self.iface.base.pending.purge(self.group, sink);
     }
 }

@@ -24,9 +24,9 @@ use ucs::arbiter::GroupId;
 use ucs::mpool::{ChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep, EpConnect, EpParams, ErrHandler,
-    EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PendingQueue, ProgressFlags,
-    ProgressRegistration, Resources, Worker, AM_ID_MAX,
+    AmRecv, AtomicCaps, AtomicOps, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags,
+    FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
+    AM_ID_MAX,
 };
 
 use super::config::MmIfaceConfig;
@@ -79,13 +79,11 @@ struct Rx {
 }
 
 pub(crate) struct Inner {
+    /// Attributes, AM handlers, pending queue, progress registration, failure handler.
+    pub(crate) base: BaseIface,
     pub(crate) comp: &'static MmComponent,
     pub(crate) cfg: MmIfaceConfig,
-    pub(crate) attr: IfaceAttr,
     pub(crate) id: u64,
-    pub(crate) am: AmTable,
-    pub(crate) pending: PendingQueue,
-    pub(crate) err_handler: Option<ErrHandler>,
     pub(crate) signal_tx: SignalSocket,
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpShared>)>>,
     /// Bounce buffer for put_bcopy near the end of a region.
@@ -94,7 +92,6 @@ pub(crate) struct Inner {
     rx: RefCell<Rx>,
     descs: Rc<MemPool>,
     seg: Rc<Segment>,
-    progress: ProgressRegistration,
 }
 
 impl Inner {
@@ -128,7 +125,7 @@ impl Inner {
                     // SAFETY: `len` bytes of inline data lie within the published element, which
                     // stays ours (no producer may claim the slot) until `advance` releases it.
                     let data = unsafe { std::slice::from_raw_parts(rx.consumer.inline_ptr(), len) };
-                    let _ = self.am.invoke(am_id, AmRecv::borrowed(data));
+                    let _ = self.base.am.invoke(am_id, AmRecv::borrowed(data));
                 }
             } else if len > self.cfg.seg_size {
                 tracing::warn!(len, "{}: dropped a bcopy message longer than a descriptor", self.comp.name);
@@ -147,10 +144,10 @@ impl Inner {
         let slot = rx.consumer.index_slot();
         let mut lent = rx.lent[slot].take();
         if self.descs.num_free() > 0 {
-            let _ = self.am.invoke(am_id, AmRecv::from_desc(&mut lent, 0, len));
+            let _ = self.base.am.invoke(am_id, AmRecv::from_desc(&mut lent, 0, len));
         } else if let Some(b) = lent.as_ref() {
             // No spare descriptor to swap in: the handler gets a copy to keep.
-            let _ = self.am.invoke(am_id, AmRecv::borrowed(&b.as_slice()[..len]));
+            let _ = self.base.am.invoke(am_id, AmRecv::borrowed(&b.as_slice()[..len]));
         }
         if lent.is_none() {
             // Kept: lend the slot a fresh descriptor before releasing it.
@@ -167,7 +164,7 @@ impl Inner {
     #[inline]
     pub(crate) fn progress(&self) -> usize {
         // A borrowed receive side (not expected: handlers may not progress) takes the full path.
-        if self.pending.is_empty() && !self.rx.try_borrow().map_or(true, |rx| rx.consumer.ready()) {
+        if self.base.pending.is_empty() && !self.rx.try_borrow().map_or(true, |rx| rx.consumer.ready()) {
             return 0;
         }
         self.progress_busy()
@@ -176,8 +173,8 @@ impl Inner {
     #[inline(never)]
     fn progress_busy(&self) -> usize {
         let mut n = self.poll_rx();
-        if !self.pending.is_empty() {
-            n += self.pending.dispatch(|g| {
+        if !self.base.pending.is_empty() {
+            n += self.base.pending.dispatch(|g| {
                 let ep = self.eps.borrow().iter().find(|(x, _)| *x == g).and_then(|(_, w)| w.upgrade());
                 match ep {
                     Some(ep) if ep.has_room() => Resources::Available,
@@ -275,11 +272,8 @@ impl MmIface {
         Ok(MmIface {
             inner: Rc::new(Inner {
                 comp,
-                attr,
+                base: BaseIface::new(worker, params, attr),
                 id,
-                am: AmTable::new(),
-                pending: PendingQueue::new(),
-                err_handler: params.err_handler.clone(),
                 signal_tx: SignalSocket::sender()?,
                 eps: RefCell::default(),
                 bounce: Cell::new(None),
@@ -287,7 +281,6 @@ impl MmIface {
                 rx: RefCell::new(Rx { consumer, lent }),
                 descs,
                 seg,
-                progress: ProgressRegistration::new(worker),
                 cfg,
             }),
         })
@@ -296,15 +289,13 @@ impl MmIface {
 
 impl Drop for MmIface {
     fn drop(&mut self) {
-        self.inner.progress.disable();
-        self.inner.am.clear();
-        self.inner.pending.clear();
+        self.inner.base.close();
     }
 }
 
 impl Iface for MmIface {
-    fn attr(&self) -> &IfaceAttr {
-        &self.inner.attr
+    fn base(&self) -> &BaseIface {
+        &self.inner.base
     }
 
     fn progress(&self) -> usize {
@@ -312,15 +303,7 @@ impl Iface for MmIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        self.inner.progress.enable_for(&self.inner, Inner::progress);
-    }
-
-    fn progress_disable(&self, _flags: ProgressFlags) {
-        self.inner.progress.disable();
-    }
-
-    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
-        self.inner.am.set(id, handler)
+        self.inner.base.progress.enable_for(&self.inner, Inner::progress);
     }
 
     fn device_address(&self) -> Vec<u8> {
@@ -367,7 +350,7 @@ impl Iface for MmIface {
     }
 
     fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
-        if events.contains(EventFlags::SEND_COMP) && !self.inner.pending.is_empty() {
+        if events.contains(EventFlags::SEND_COMP) && !self.inner.base.pending.is_empty() {
             // Queued sends wait for FIFO space, which frees without a signal to us.
             return Err(Status::Busy);
         }

@@ -11,9 +11,9 @@ use ucs::arbiter::GroupId;
 use ucs::mpool::{HeapChunkAlloc, MemPool, MpoolParams, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    check_am_id, check_length, AmHandler, AmRecv, AmTable, AtomicCaps, AtomicOps, BandwidthModel, Completion, Ep,
-    EpConnect, EpParams, EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
-    PendingHandle, PendingQueue, ProgressFlags, ProgressRegistration, RemoteKey, Resources, SendFlags, Worker,
+    check_am_id, check_length, AmRecv, AtomicCaps, AtomicOps, BandwidthModel, BaseIface, Completion, Ep, EpConnect,
+    EpParams, EventFlags, FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, PackFn,
+    PendingHandle, ProgressFlags, RemoteKey, Resources, SendFlags, Worker,
 };
 
 use super::config::SelfIfaceConfig;
@@ -21,13 +21,10 @@ use super::md::{with_region, NAME};
 
 struct Inner {
     id: u64,
-    attr: IfaceAttr,
-    am: AmTable,
+    base: BaseIface,
     pool: Rc<MemPool>,
     max_bufs: usize,
     seg_size: usize,
-    pending: PendingQueue,
-    progress: ProgressRegistration,
 }
 
 impl Inner {
@@ -46,14 +43,16 @@ impl Inner {
     #[inline]
     fn deliver(&self, id: u8, buf: PoolBuf, len: usize) {
         let mut slot = Some(buf);
-        let _ = self.am.invoke(id, AmRecv::from_desc(&mut slot, 0, len));
+        let _ = self.base.am.invoke(id, AmRecv::from_desc(&mut slot, 0, len));
     }
 
     fn progress(&self) -> usize {
-        if self.pending.is_empty() {
+        if self.base.pending.is_empty() {
             return 0;
         }
-        self.pending.dispatch(|_| if self.has_resources() { Resources::Available } else { Resources::IfaceExhausted })
+        self.base
+            .pending
+            .dispatch(|_| if self.has_resources() { Resources::Available } else { Resources::IfaceExhausted })
     }
 }
 
@@ -131,13 +130,10 @@ impl SelfIface {
         Ok(SelfIface {
             inner: Rc::new(Inner {
                 id: crate::sm::unique_iface_id(),
-                attr,
-                am: AmTable::new(),
+                base: BaseIface::new(worker, params, attr),
                 pool,
                 max_bufs: cfg.max_bufs,
                 seg_size,
-                pending: PendingQueue::new(),
-                progress: ProgressRegistration::new(worker),
             }),
         })
     }
@@ -145,17 +141,13 @@ impl SelfIface {
 
 impl Drop for SelfIface {
     fn drop(&mut self) {
-        self.inner.progress.disable();
-        // Handlers and pending requests may hold endpoints, which hold the interface: drop them
-        // so the interface is freed even if the user never dropped those endpoints.
-        self.inner.am.clear();
-        self.inner.pending.clear();
+        self.inner.base.close();
     }
 }
 
 impl Iface for SelfIface {
-    fn attr(&self) -> &IfaceAttr {
-        &self.inner.attr
+    fn base(&self) -> &BaseIface {
+        &self.inner.base
     }
 
     fn progress(&self) -> usize {
@@ -163,15 +155,7 @@ impl Iface for SelfIface {
     }
 
     fn progress_enable(&self, _flags: ProgressFlags) {
-        self.inner.progress.enable_for(&self.inner, Inner::progress);
-    }
-
-    fn progress_disable(&self, _flags: ProgressFlags) {
-        self.inner.progress.disable();
-    }
-
-    fn set_am_handler(&self, id: u8, handler: Option<AmHandler>) -> UcsResult<()> {
-        self.inner.am.set(id, handler)
+        self.inner.base.enable_progress(&self.inner, Inner::progress);
     }
 
     fn device_address(&self) -> Vec<u8> {
@@ -195,7 +179,7 @@ impl Iface for SelfIface {
                 if !self.is_reachable(&[], Some(iface_addr)) {
                     return Err(Status::Unreachable);
                 }
-                let group = self.inner.pending.add_group();
+                let group = self.inner.base.pending.add_group();
                 Ok(Box::new(SelfEp { iface: self.inner.clone(), group }))
             }
             EpConnect::ToEp => Err(Status::Unsupported),
@@ -207,7 +191,7 @@ impl Iface for SelfIface {
         Ok(Outcome::Done(()))
     }
     fn event_arm(&self, events: EventFlags) -> UcsResult<()> {
-        if events.contains(EventFlags::SEND_COMP) && !self.inner.pending.is_empty() {
+        if events.contains(EventFlags::SEND_COMP) && !self.inner.base.pending.is_empty() {
             // Queued sends go out from progress once a buffer frees.
             return Err(Status::Busy);
         }
@@ -223,7 +207,7 @@ pub struct SelfEp {
 
 impl Drop for SelfEp {
     fn drop(&mut self) {
-        self.iface.pending.remove_group(self.group);
+        self.iface.base.pending.remove_group(self.group);
     }
 }
 
@@ -257,7 +241,7 @@ impl SelfEp {
     /// False when the operation must return `NoResource` to keep per-endpoint order.
     #[inline]
     fn may_send(&self) -> bool {
-        self.iface.pending.may_send(self.group)
+        self.iface.base.pending.may_send(self.group)
     }
 }
 
@@ -330,7 +314,7 @@ impl Ep for SelfEp {
 
     fn flush(&self, _flags: FlushFlags, _comp: Option<&Rc<Completion>>) -> OpResult {
         // Every operation completes inside its call; only queued requests are outstanding.
-        if self.iface.pending.group_is_empty(self.group) {
+        if self.iface.base.pending.group_is_empty(self.group) {
             Ok(Outcome::Done(()))
         } else {
             Ok(Outcome::NoResource)
@@ -342,14 +326,14 @@ impl Ep for SelfEp {
     }
 
     fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
-        if self.iface.has_resources() && self.iface.pending.group_is_empty(self.group) {
+        if self.iface.has_resources() && self.iface.base.pending.group_is_empty(self.group) {
             return Err(Status::Busy);
         }
-        self.iface.pending.push(self.group, req);
+        self.iface.base.pending.push(self.group, req);
         Ok(())
     }
 
     fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
-        self.iface.pending.purge(self.group, sink);
+        self.iface.base.pending.purge(self.group, sink);
     }
 }

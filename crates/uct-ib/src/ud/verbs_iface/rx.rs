@@ -167,7 +167,7 @@ impl IfaceInner {
         match kind {
             PacketKind::Am(id) => {
                 let len = desc.len.saturating_sub(NETH_LEN);
-                let _ = self.am.invoke(id, AmRecv::from_desc(&mut desc.buf, GRH_LEN + NETH_LEN, len));
+                let _ = self.base.am.invoke(id, AmRecv::from_desc(&mut desc.buf, GRH_LEN + NETH_LEN, len));
             }
             PacketKind::Put => self.do_put(ep, desc.as_ref().get(NETH_LEN..).unwrap_or(&[])),
             _ => {}
