@@ -14,14 +14,15 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use ucx_perf::meter::Measured;
-use ucx_perf::ucp_tests::{self, TagCmd, UcpTestSpec};
-use ucx_perf::uct_tests::{self, Cmd, Exchange, Layout, UctTestSpec};
+use ucx_perf::params::PerfParams;
+use ucx_perf::ucp_tests::{self, UcpTestSpec};
+use ucx_perf::uct_tests::{self, Exchange, UctTestSpec};
 
 mod opts;
 mod report;
 mod rte;
 
-use opts::{Command, DataLayout, Parsed, PerfParams};
+use opts::Parsed;
 use report::{PerfResult, Reporter};
 use rte::Rte;
 
@@ -58,73 +59,6 @@ fn resource(p: &PerfParams) -> Result<String, String> {
         None if devices.is_empty() => Err(opts::unknown_resource_error(tl, "", &names)),
         None => Err(opts::missing_device_error(tl, &devices)),
     }
-}
-
-fn ucp_spec(p: &PerfParams, index: u8) -> Result<UcpTestSpec, String> {
-    let cmd = match p.test.command() {
-        Command::Tag => TagCmd::Tag,
-        Command::TagSync => TagCmd::TagSync,
-        _ => return Err(format!("UCP test {} is not implemented yet (tag tests are)", p.test.name())),
-    };
-    if p.threads > 1 {
-        return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
-    }
-    Ok(UcpTestSpec {
-        cmd,
-        pingpong: p.is_pingpong(),
-        msg_sizes: p.msg_sizes.clone(),
-        send_iov: p.ucp_send_datatype == opts::UcpDatatype::Iov,
-        recv_iov: p.ucp_recv_datatype == opts::UcpDatatype::Iov,
-        iters: if p.iters == 0 { u64::MAX } else { p.iters },
-        warmup: p.warmup,
-        percentile: p.percentile,
-        loopback: p.loopback,
-        index,
-        max_outstanding: p.max_outstanding.max(1),
-        wildcard: p.wildcard,
-        force_unexpected: p.force_unexpected,
-        thread_mode: match p.thread_mode {
-            opts::ThreadMode::Single => ucp::ThreadMode::Single,
-            opts::ThreadMode::Serialized => ucp::ThreadMode::Serialized,
-            opts::ThreadMode::Multi => ucp::ThreadMode::Multi,
-        },
-        prereg: p.prereg,
-        sleep: p.wait_mode == Some(opts::WaitMode::Sleep),
-    })
-}
-
-fn spec(p: &PerfParams, resource: String, index: u8) -> Result<UctTestSpec, String> {
-    let cmd = match p.test.command() {
-        Command::Am => Cmd::Am,
-        Command::Put => Cmd::Put,
-        Command::Get => Cmd::Get,
-        Command::Add => Cmd::Add,
-        Command::Fadd => Cmd::Fadd,
-        Command::Swap => Cmd::Swap,
-        Command::Cswap => Cmd::Cswap,
-        other => return Err(format!("test {} has no UCT command ({other:?})", p.test.name())),
-    };
-    let layout = match p.layout {
-        DataLayout::Short => Layout::Short,
-        DataLayout::ShortIov => Layout::ShortIov,
-        DataLayout::Bcopy => Layout::Bcopy,
-        DataLayout::Zcopy => Layout::Zcopy,
-    };
-    Ok(UctTestSpec {
-        cmd,
-        pingpong: p.is_pingpong(),
-        layout,
-        msg_sizes: p.msg_sizes.clone(),
-        iters: if p.iters == 0 { u64::MAX } else { p.iters },
-        warmup: p.warmup,
-        fc_window: p.fc_window.min(127) as u8,
-        percentile: p.percentile,
-        no_responder_progress: p.no_responder_progress,
-        resource,
-        loopback: p.loopback,
-        index,
-        max_outstanding: p.max_outstanding,
-    })
 }
 
 fn result(m: &Measured, msg_size: usize) -> PerfResult {
@@ -183,7 +117,13 @@ fn run(p: PerfParams) -> Result<(), String> {
     // Resolve every resource first: a bad -x/-d is one error line, before any output.
     let resources = tests
         .iter()
-        .map(|t| if t.test.is_uct() { resource(t) } else { ucp_spec(t, index).map(|_| String::new()) })
+        .map(|t| {
+            if t.test.is_uct() {
+                resource(t)
+            } else {
+                UcpTestSpec { params: t, index }.check().map(|()| String::new())
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = std::io::stdout().lock();
     let mut reporter = Reporter::new(&p, rte.is_server());
@@ -207,9 +147,9 @@ fn run(p: PerfParams) -> Result<(), String> {
             }
         };
         if t.test.is_uct() {
-            uct_tests::run(&spec(t, res, index)?, &mut Oob(&mut rte), &mut rep)?;
+            uct_tests::run(&UctTestSpec { params: t, resource: &res, index }, &mut Oob(&mut rte), &mut rep)?;
         } else {
-            ucp_tests::run(&ucp_spec(t, index)?, &mut Oob(&mut rte), &mut rep)?;
+            ucp_tests::run(&UcpTestSpec { params: t, index }, &mut Oob(&mut rte), &mut rep)?;
         }
         if let Some(e) = io_err {
             return Err(format!("cannot write results: {e}"));

@@ -71,7 +71,7 @@
 
 use std::io::{self, Write};
 
-use crate::opts::{Api, Command, PerfParams};
+use ucx_perf::params::{Api, Command, PerfParams};
 
 /// The figures of one row (see the module documentation for how each is computed).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -364,7 +364,8 @@ fn fmt_g(v: f64, width: usize, group: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::opts::{parse, DataLayout, Parsed};
+    use crate::opts::{parse, Parsed};
+    use ucx_perf::params::DataLayout;
 
     fn params(s: &str) -> PerfParams {
         let a: Vec<String> = s.split_whitespace().map(str::to_string).collect();

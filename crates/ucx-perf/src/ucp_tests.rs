@@ -14,58 +14,53 @@
 use std::cell::Cell;
 
 use ucp::{
-    Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RequestParam, SendData, Status, ThreadMode,
-    Worker, WorkerParams, FULL_MASK,
+    Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RequestParam, SendData, Status, Worker,
+    WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
+use crate::params::{Command, PerfParams, UcpDatatype, WaitMode};
 use crate::uct_tests::{for_each_run, Exchange, PageAligned};
 
-/// Tag send or synchronous tag send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TagCmd {
-    /// `ucp_tag_send_nbx`.
-    Tag,
-    /// `ucp_tag_send_sync_nbx`.
-    TagSync,
-}
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct UcpTestSpec {
-    /// Operation.
-    pub cmd: TagCmd,
-    /// Ping-pong or unidirectional stream.
-    pub pingpong: bool,
-    /// `-s`: the message is their sum; with iov datatypes, one entry each.
-    pub msg_sizes: Vec<usize>,
-    /// Send datatype is iov.
-    pub send_iov: bool,
-    /// Receive datatype is iov.
-    pub recv_iov: bool,
-    /// Measured iterations.
-    pub iters: u64,
-    /// Warm-up iterations.
-    pub warmup: u64,
-    /// Percentile rank.
-    pub percentile: f64,
-    /// One process.
-    pub loopback: bool,
+/// A UCP test as it runs: the parameters as the command line gave them, and this process's
+/// side (0: server, 1: client).
+#[derive(Clone, Copy, Debug)]
+pub struct UcpTestSpec<'a> {
+    /// The run's parameters.
+    pub params: &'a PerfParams,
     /// Side: 0 (server) or 1 (client).
     pub index: u8,
-    /// `-O`: outstanding operations per side.
-    pub max_outstanding: u32,
-    /// `-C`.
-    pub wildcard: bool,
-    /// `-U`.
-    pub force_unexpected: bool,
-    /// `-M`.
-    pub thread_mode: ThreadMode,
-    /// `-z`.
-    pub prereg: bool,
-    /// `-E sleep`: the worker has the WAKEUP feature and waits on its event descriptor when a
-    /// progress call finds nothing (`ucp_worker_wait`), as `ucx_perftest` does.
-    pub sleep: bool,
+}
+
+impl UcpTestSpec<'_> {
+    /// Refuses what is not implemented yet: UCP tests other than the tag tests, and
+    /// multi-threaded runs.
+    pub fn check(&self) -> Result<(), String> {
+        let p = self.params;
+        if !matches!(p.test.command(), Command::Tag | Command::TagSync) {
+            return Err(format!("UCP test {} is not implemented yet (tag tests are)", p.test.name()));
+        }
+        if p.threads > 1 {
+            return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
+        }
+        Ok(())
+    }
+
+    fn pingpong(&self) -> bool {
+        self.params.is_pingpong()
+    }
+
+    fn send_iov(&self) -> bool {
+        self.params.ucp_send_datatype == UcpDatatype::Iov
+    }
+
+    fn recv_iov(&self) -> bool {
+        self.params.ucp_recv_datatype == UcpDatatype::Iov
+    }
+
+    fn sleep(&self) -> bool {
+        self.params.wait_mode == Some(WaitMode::Sleep)
+    }
 }
 
 const TAG: u64 = 0x1337_a880_0000_0000;
@@ -83,20 +78,21 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(spec: &UcpTestSpec, oob: &mut dyn Exchange) -> Result<Setup, String> {
-        let features = if spec.sleep { Features::TAG | Features::WAKEUP } else { Features::TAG };
+    fn new(spec: &UcpTestSpec<'_>, oob: &mut dyn Exchange) -> Result<Setup, String> {
+        let features = if spec.sleep() { Features::TAG | Features::WAKEUP } else { Features::TAG };
         let ctx =
             Context::new(&ContextParams::new(features)).map_err(|e| format!("cannot create a UCP context: {e}"))?;
-        let worker = Worker::new(&ctx, &WorkerParams::new("ucx-perf").thread_mode(spec.thread_mode))
+        let worker = Worker::new(&ctx, &WorkerParams::new("ucx-perf").thread_mode(spec.params.thread_mode))
             .map_err(|e| format!("cannot create a UCP worker: {e}"))?;
-        let peer = if spec.loopback { worker.address().to_vec() } else { oob.exchange(worker.address())? };
+        let peer = if spec.params.loopback { worker.address().to_vec() } else { oob.exchange(worker.address())? };
         let ep = worker.ep_create(&peer).map_err(|e| format!("cannot connect to the peer: {e}"))?;
-        let len: usize = spec.msg_sizes.iter().sum();
+        let len: usize = spec.params.msg_sizes.iter().sum();
         let send = PageAligned::new(len.max(64))?;
         let recv = PageAligned::new(len.max(64))?;
         let iov = |base: *mut u8| {
             let mut off = 0;
-            spec.msg_sizes
+            spec.params
+                .msg_sizes
                 .iter()
                 .map(|&n| {
                     // SAFETY: offsets stay within the `len`-byte buffer.
@@ -107,7 +103,7 @@ impl Setup {
                 .collect::<Vec<_>>()
         };
         let (send_iov, recv_iov) = (iov(send.as_ptr()), iov(recv.as_ptr()));
-        let (send_memh, recv_memh) = if spec.prereg {
+        let (send_memh, recv_memh) = if spec.params.prereg {
             // SAFETY: both buffers live in `Setup` and are unmapped in its Drop before they go.
             unsafe {
                 (
@@ -152,10 +148,40 @@ fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) {
     }
 }
 
+/// What the per-message code of a test reads, from the parameters once.
+#[derive(Clone, Copy)]
+struct Hot {
+    sync: bool,
+    send_iov: bool,
+    recv_iov: bool,
+    sleep: bool,
+    force_unexpected: bool,
+    loopback: bool,
+    index: u8,
+    /// `-O`, resolved.
+    max: usize,
+}
+
+impl Hot {
+    fn of(spec: &UcpTestSpec<'_>) -> Hot {
+        let p = spec.params;
+        Hot {
+            sync: p.test.command() == Command::TagSync,
+            send_iov: spec.send_iov(),
+            recv_iov: spec.recv_iov(),
+            sleep: spec.sleep(),
+            force_unexpected: p.force_unexpected,
+            loopback: p.loopback,
+            index: spec.index,
+            max: p.max_outstanding.max(1) as usize,
+        }
+    }
+}
+
 /// One side's engine.
 struct Engine<'a> {
     s: &'a Setup,
-    spec: &'a UcpTestSpec,
+    h: Hot,
     sends: Box<Outstanding>,
     recvs: Box<Outstanding>,
     mask: u64,
@@ -188,7 +214,7 @@ impl<'a> Engine<'a> {
     /// One progress call; with `-E sleep`, one that found nothing sleeps until an event.
     #[inline]
     fn progress(&self) {
-        if self.s.worker.progress() == 0 && self.spec.sleep {
+        if self.s.worker.progress() == 0 && self.h.sleep {
             if let Err(e) = self.s.worker.wait() {
                 self.wait_error.set(self.wait_error.get().or(Some(e)));
             }
@@ -225,9 +251,9 @@ impl<'a> Engine<'a> {
 
     #[inline]
     fn send(&mut self) -> Result<(), String> {
-        let max = self.spec.max_outstanding as usize;
+        let max = self.h.max;
         self.wait_below(&self.sends, max)?;
-        let data = if self.spec.send_iov {
+        let data = if self.h.send_iov {
             SendData::Iov(&self.s.send_iov)
         } else {
             // SAFETY: the buffer is `len` bytes and lives in `Setup`.
@@ -237,9 +263,10 @@ impl<'a> Engine<'a> {
         // SAFETY: the send buffer lives in `Setup`, beyond every request (all are waited for
         // before `Setup` goes).
         let done = unsafe {
-            match self.spec.cmd {
-                TagCmd::Tag => self.s.ep.tag_send_nbx_detached(data, TAG, param),
-                TagCmd::TagSync => self.s.ep.tag_send_sync_nbx_detached(data, TAG, param),
+            if self.h.sync {
+                self.s.ep.tag_send_sync_nbx_detached(data, TAG, param)
+            } else {
+                self.s.ep.tag_send_nbx_detached(data, TAG, param)
             }
         }
         .map_err(|e| format!("send failed: {e}"))?;
@@ -251,14 +278,14 @@ impl<'a> Engine<'a> {
 
     #[inline]
     fn recv(&mut self) -> Result<(), String> {
-        let max = self.spec.max_outstanding as usize;
+        let max = self.h.max;
         self.wait_below(&self.recvs, max)?;
-        if self.spec.force_unexpected {
+        if self.h.force_unexpected {
             while self.s.worker.tag_probe(TAG, self.mask, false).is_none() {
                 self.progress();
             }
         }
-        let data = if self.spec.recv_iov {
+        let data = if self.h.recv_iov {
             RecvData::Iov(&self.s.recv_iov)
         } else {
             // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
@@ -285,7 +312,7 @@ impl<'a> Engine<'a> {
 
     fn pingpong(&mut self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.s.len as u64;
-        if self.spec.loopback || self.spec.index == 0 {
+        if self.h.loopback || self.h.index == 0 {
             while !meter.done() {
                 self.send()?;
                 self.recv()?;
@@ -309,7 +336,7 @@ impl<'a> Engine<'a> {
 
     fn stream(&mut self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.s.len as u64;
-        if self.spec.loopback {
+        if self.h.loopback {
             while !meter.done() {
                 self.send()?;
                 self.recv()?;
@@ -317,7 +344,7 @@ impl<'a> Engine<'a> {
                     rep(&meter.measure(true));
                 }
             }
-        } else if self.spec.index == 0 {
+        } else if self.h.index == 0 {
             while !meter.done() {
                 self.recv()?;
                 if meter.update(1, len) {
@@ -338,26 +365,36 @@ impl<'a> Engine<'a> {
 
 /// Runs a test: warm-up, then the measured run; `report(m, final)` gets progress rows and the
 /// final figures.
-pub fn run(spec: &UcpTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&Measured, bool)) -> Result<(), String> {
+pub fn run(
+    spec: &UcpTestSpec<'_>,
+    oob: &mut dyn Exchange,
+    report: &mut dyn FnMut(&Measured, bool),
+) -> Result<(), String> {
     let s = Setup::new(spec, oob)?;
     let sync = |oob: &mut dyn Exchange, s: &Setup| {
         oob.barrier(&mut || {
             s.worker.progress();
         })
     };
-    let mask = if spec.wildcard { 0 } else { FULL_MASK };
-    for_each_run(spec.warmup, spec.iters, oob, &mut |oob, iters, measured| {
+    let mask = if spec.params.wildcard { 0 } else { FULL_MASK };
+    for_each_run(spec.params.warmup, spec.params.iters_limit(), oob, &mut |oob, iters, measured| {
         sync(oob, &s)?;
-        let mut e =
-            Engine { s: &s, spec, sends: Box::default(), recvs: Box::default(), mask, wait_error: Cell::new(None) };
-        let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
+        let mut e = Engine {
+            s: &s,
+            h: Hot::of(spec),
+            sends: Box::default(),
+            recvs: Box::default(),
+            mask,
+            wait_error: Cell::new(None),
+        };
+        let mut meter = Meter::new(iters, spec.params.percentile, spec.pingpong());
         meter.start();
         let mut rep = |m: &Measured| {
             if measured {
                 report(m, false)
             }
         };
-        if spec.pingpong {
+        if spec.pingpong() {
             e.pingpong(&mut meter, &mut rep)?;
         } else {
             e.stream(&mut meter, &mut rep)?;

@@ -20,68 +20,36 @@ use uct::{
 };
 
 use crate::meter::{Measured, Meter};
+use crate::params::{Command, DataLayout, PerfParams, MAX_FC_WINDOW};
 
-/// The operation a test performs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cmd {
-    /// Active message.
-    Am,
-    /// Put.
-    Put,
-    /// Get.
-    Get,
-    /// Atomic add.
-    Add,
-    /// Atomic fetch-and-add.
-    Fadd,
-    /// Atomic swap.
-    Swap,
-    /// Atomic compare-and-swap.
-    Cswap,
-}
-
-/// Sender data layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// Short.
-    Short,
-    /// Short iov.
-    ShortIov,
-    /// Buffered copy.
-    Bcopy,
-    /// Zero copy.
-    Zcopy,
-}
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct UctTestSpec {
-    /// Operation.
-    pub cmd: Cmd,
-    /// Ping-pong (latency) or unidirectional stream.
-    pub pingpong: bool,
-    /// Sender layout.
-    pub layout: Layout,
-    /// Scatter/gather sizes; the message is their sum.
-    pub msg_sizes: Vec<usize>,
-    /// Measured iterations.
-    pub iters: u64,
-    /// Warm-up iterations.
-    pub warmup: u64,
-    /// AM flow-control window.
-    pub fc_window: u8,
-    /// Percentile rank.
-    pub percentile: f64,
-    /// Do not progress the responder in one-sided tests.
-    pub no_responder_progress: bool,
+/// A UCT test as it runs: the parameters as the command line gave them, the transport and
+/// device (`tl/dev`) they resolved to, and this process's side (0: server, 1: client).
+#[derive(Clone, Copy, Debug)]
+pub struct UctTestSpec<'a> {
+    /// The run's parameters.
+    pub params: &'a PerfParams,
     /// Transport and device, `tl/dev`.
-    pub resource: String,
-    /// One process talking to itself.
-    pub loopback: bool,
+    pub resource: &'a str,
     /// Side: 0 (server) or 1 (client).
     pub index: u8,
-    /// Largest number of operations in flight (`-O`, resolved; at least 1).
-    pub max_outstanding: u32,
+}
+
+impl UctTestSpec<'_> {
+    fn cmd(&self) -> Command {
+        self.params.test.command()
+    }
+
+    fn pingpong(&self) -> bool {
+        self.params.is_pingpong()
+    }
+
+    fn layout(&self) -> DataLayout {
+        self.params.layout
+    }
+
+    fn fc_window(&self) -> u8 {
+        self.params.fc_window.min(MAX_FC_WINDOW) as u8
+    }
 }
 
 const AM_ID: u8 = 1;
@@ -181,17 +149,17 @@ fn take_blob<'a>(b: &mut &'a [u8]) -> Result<&'a [u8], String> {
 
 /// Fails, as `ucx_perftest` does, when the message is larger than the transport allows for the
 /// test's operation and data layout.
-fn check_size_limit(spec: &UctTestSpec, attr: &uct::IfaceAttr, length: usize) -> Result<(), String> {
+fn check_size_limit(spec: &UctTestSpec<'_>, attr: &uct::IfaceAttr, length: usize) -> Result<(), String> {
     use uct::IfaceFlags as F;
-    let (what, flag, max) = match (spec.cmd, spec.layout) {
-        (Cmd::Am, Layout::Short | Layout::ShortIov) => ("AM short", F::AM_SHORT, attr.am.max_short),
-        (Cmd::Am, Layout::Bcopy) => ("AM bcopy", F::AM_BCOPY, attr.am.max_bcopy),
-        (Cmd::Am, Layout::Zcopy) => ("AM zcopy", F::AM_ZCOPY, attr.am.max_zcopy),
-        (Cmd::Put, Layout::Short) => ("put short", F::PUT_SHORT, attr.put.max_short),
-        (Cmd::Put, Layout::Bcopy) => ("put bcopy", F::PUT_BCOPY, attr.put.max_bcopy),
-        (Cmd::Put, Layout::Zcopy) => ("put zcopy", F::PUT_ZCOPY, attr.put.max_zcopy),
-        (Cmd::Get, Layout::Bcopy) => ("get bcopy", F::GET_BCOPY, attr.get.max_bcopy),
-        (Cmd::Get, Layout::Zcopy) => ("get zcopy", F::GET_ZCOPY, attr.get.max_zcopy),
+    let (what, flag, max) = match (spec.cmd(), spec.layout()) {
+        (Command::Am, DataLayout::Short | DataLayout::ShortIov) => ("AM short", F::AM_SHORT, attr.am.max_short),
+        (Command::Am, DataLayout::Bcopy) => ("AM bcopy", F::AM_BCOPY, attr.am.max_bcopy),
+        (Command::Am, DataLayout::Zcopy) => ("AM zcopy", F::AM_ZCOPY, attr.am.max_zcopy),
+        (Command::Put, DataLayout::Short) => ("put short", F::PUT_SHORT, attr.put.max_short),
+        (Command::Put, DataLayout::Bcopy) => ("put bcopy", F::PUT_BCOPY, attr.put.max_bcopy),
+        (Command::Put, DataLayout::Zcopy) => ("put zcopy", F::PUT_ZCOPY, attr.put.max_zcopy),
+        (Command::Get, DataLayout::Bcopy) => ("get bcopy", F::GET_BCOPY, attr.get.max_bcopy),
+        (Command::Get, DataLayout::Zcopy) => ("get zcopy", F::GET_ZCOPY, attr.get.max_zcopy),
         _ => return Ok(()),
     };
     if !attr.flags.contains(flag) {
@@ -204,8 +172,8 @@ fn check_size_limit(spec: &UctTestSpec, attr: &uct::IfaceAttr, length: usize) ->
 }
 
 /// The connected state of a test.
-struct Ctx {
-    spec: UctTestSpec,
+struct Ctx<'a> {
+    spec: UctTestSpec<'a>,
     worker: Worker,
     ep: Box<dyn Ep>,
     iface: Box<dyn Iface>,
@@ -221,19 +189,19 @@ struct Ctx {
     _md: Rc<dyn Md>,
 }
 
-impl Ctx {
-    fn setup(spec: &UctTestSpec, oob: &mut dyn Exchange) -> Result<Ctx, String> {
+impl<'a> Ctx<'a> {
+    fn setup(spec: &UctTestSpec<'a>, oob: &mut dyn Exchange) -> Result<Ctx<'a>, String> {
         let worker = Worker::default();
-        let (md, iface) = uct::iface_open_by_name(&worker, &spec.resource, IfaceParams::default())
+        let (md, iface) = uct::iface_open_by_name(&worker, spec.resource, IfaceParams::default())
             .map_err(|e| format!("cannot open {}: {e}", spec.resource))?;
         iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
-        let length: usize = spec.msg_sizes.iter().sum();
+        let length: usize = spec.params.msg_sizes.iter().sum();
         check_size_limit(spec, iface.attr(), length)?;
         let send = buffer(&md, length)?;
         let recv = buffer(&md, length)?;
         let am_sn = Rc::new(Cell::new(0u8));
         let s2 = am_sn.clone();
-        if spec.cmd == Cmd::Am {
+        if spec.cmd() == Command::Am {
             iface
                 .set_am_handler(
                     AM_ID,
@@ -277,7 +245,7 @@ impl Ctx {
                 .map_err(|e| format!("cannot connect to the peer over {}: {e}", spec.resource))?,
         };
         Ok(Ctx {
-            spec: spec.clone(),
+            spec: *spec,
             worker,
             ep,
             iface,
@@ -295,7 +263,7 @@ impl Ctx {
 
     #[inline]
     fn progress_responder(&self) {
-        if !self.spec.no_responder_progress {
+        if !self.spec.params.no_responder_progress {
             self.worker.progress();
         }
     }
@@ -308,9 +276,9 @@ impl Ctx {
     /// The sequence number as the receiving side sees it.
     #[inline]
     fn recv_sn(&self, pingpong: bool) -> u8 {
-        let at = match self.spec.cmd {
-            Cmd::Am => return self.am_sn.get(),
-            Cmd::Put if pingpong => self.length - 1,
+        let at = match self.spec.cmd() {
+            Command::Am => return self.am_sn.get(),
+            Command::Put if pingpong => self.length - 1,
             _ => 0,
         };
         // SAFETY: `at` lies within the receive buffer, which peers write only through the
@@ -332,13 +300,13 @@ impl Ctx {
         let buf = unsafe { std::slice::from_raw_parts(self.send.ptr, len) };
         let raddr = self.remote_addr;
         let done = |o: Outcome<usize>| o.map(|_| ());
-        match (self.spec.cmd, self.spec.layout) {
-            (Cmd::Am, Layout::Short) => self.ep.am_short(AM_ID, sn as u64, &buf[8..]),
-            (Cmd::Am, Layout::ShortIov) => {
+        match (self.spec.cmd(), self.spec.layout()) {
+            (Command::Am, DataLayout::Short) => self.ep.am_short(AM_ID, sn as u64, &buf[8..]),
+            (Command::Am, DataLayout::ShortIov) => {
                 self.set_send_sn(0, sn);
                 self.ep.am_short_iov(AM_ID, &[buf])
             }
-            (Cmd::Am, Layout::Bcopy) => {
+            (Command::Am, DataLayout::Bcopy) => {
                 self.set_send_sn(0, sn);
                 self.ep
                     .am_bcopy(
@@ -354,14 +322,14 @@ impl Ctx {
                     )
                     .map(done)
             }
-            (Cmd::Put, layout) => {
+            (Command::Put, layout) => {
                 if pingpong {
                     self.set_send_sn(len - 1, sn);
                 }
                 let rkey = self.rkey()?;
                 match layout {
-                    Layout::Short => self.ep.put_short(buf, raddr, rkey),
-                    Layout::Bcopy => self
+                    DataLayout::Short => self.ep.put_short(buf, raddr, rkey),
+                    DataLayout::Bcopy => self
                         .ep
                         .put_bcopy(
                             &mut |d: &mut [u8]| {
@@ -374,33 +342,33 @@ impl Ctx {
                             rkey,
                         )
                         .map(done),
-                    Layout::Zcopy => {
+                    DataLayout::Zcopy => {
                         let iov = [Iov::new(self.send.ptr, len, self.send.memh.as_ref())];
                         // SAFETY: the send buffer outlives the test and the final flush.
                         unsafe { self.ep.put_zcopy(&iov, raddr, rkey, Some(&self.inflight)) }
                     }
-                    Layout::ShortIov => Err(Status::Unsupported),
+                    DataLayout::ShortIov => Err(Status::Unsupported),
                 }
             }
-            (Cmd::Get, Layout::Bcopy) => {
+            (Command::Get, DataLayout::Bcopy) => {
                 // SAFETY: the send buffer is ours, `len` bytes, valid until the final flush.
                 unsafe { self.ep.get_bcopy(self.send.ptr, len, raddr, self.rkey()?, Some(&self.inflight)) }
             }
-            (Cmd::Get, Layout::Zcopy) => {
+            (Command::Get, DataLayout::Zcopy) => {
                 let iov = [Iov::new(self.send.ptr, len, self.send.memh.as_ref())];
                 // SAFETY: as above.
                 unsafe { self.ep.get_zcopy(&iov, raddr, self.rkey()?, Some(&self.inflight)) }
             }
-            (Cmd::Add, _) => match len {
+            (Command::Add, _) => match len {
                 4 => self.ep.atomic32_post(AtomicOp::Add, sn.wrapping_sub(prev) as u32, raddr, self.rkey()?),
                 8 => self.ep.atomic64_post(AtomicOp::Add, sn.wrapping_sub(prev) as u64, raddr, self.rkey()?),
                 _ => Err(Status::InvalidParam),
             },
-            (Cmd::Fadd | Cmd::Swap | Cmd::Cswap, _) => {
+            (Command::Fadd | Command::Swap | Command::Cswap, _) => {
                 let rkey = self.rkey()?;
-                let (op, val) = match self.spec.cmd {
-                    Cmd::Fadd => (AtomicOp::Add, sn.wrapping_sub(prev) as u64),
-                    Cmd::Swap => (AtomicOp::Swap, sn as u64),
+                let (op, val) = match self.spec.cmd() {
+                    Command::Fadd => (AtomicOp::Add, sn.wrapping_sub(prev) as u64),
+                    Command::Swap => (AtomicOp::Swap, sn as u64),
                     _ => (AtomicOp::Cswap, sn as u64),
                 };
                 // SAFETY: results go to the send buffer (>= 8 bytes), valid until the flush.
@@ -471,7 +439,7 @@ impl Ctx {
     /// Waits until fewer than `max_outstanding` operations are in flight (`wait_for_window`).
     #[inline(always)]
     fn wait_for_window(&self) {
-        while self.inflight.count() >= self.spec.max_outstanding.max(1) as i32 {
+        while self.inflight.count() >= self.spec.params.max_outstanding.max(1) as i32 {
             self.worker.progress();
         }
     }
@@ -509,7 +477,7 @@ impl Ctx {
     /// progress + `PAUSE`, C 0.053 us).
     #[inline(always)]
     fn wait_sn(&self, sn: u8) {
-        if self.spec.cmd == Cmd::Am {
+        if self.spec.cmd() == Command::Am {
             // Progress is what receives active messages: call it on every poll.
             while self.recv_sn(true) != sn {
                 self.progress_responder();
@@ -532,7 +500,7 @@ impl Ctx {
     fn pingpong(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.length as u64;
         let mut sn: u8 = 0;
-        if self.spec.loopback || self.spec.index == 0 {
+        if self.spec.params.loopback || self.spec.index == 0 {
             while !meter.done() {
                 self.send_b(sn, sn.wrapping_sub(1), true)?;
                 if meter.update(1, len) {
@@ -556,10 +524,10 @@ impl Ctx {
 
     fn stream(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.length as u64;
-        let fc = self.spec.cmd == Cmd::Am;
-        let to_responder = self.spec.cmd != Cmd::Get;
-        let window = self.spec.fc_window;
-        if self.spec.loopback || self.spec.index == 1 {
+        let fc = self.spec.cmd() == Command::Am;
+        let to_responder = self.spec.cmd() != Command::Get;
+        let window = self.spec.fc_window();
+        if self.spec.params.loopback || self.spec.index == 1 {
             let mut send_sn: u8 = if fc { 1 } else { 0 };
             self.set_send_sn(0, send_sn);
             while !meter.done() {
@@ -579,7 +547,7 @@ impl Ctx {
             }
             if fc {
                 let last = send_sn.wrapping_sub(1);
-                while (last.wrapping_sub(self.am_sn.get()) as i8) > 0 && !self.spec.loopback {
+                while (last.wrapping_sub(self.am_sn.get()) as i8) > 0 && !self.spec.params.loopback {
                     self.progress_responder();
                 }
             } else if to_responder {
@@ -644,22 +612,26 @@ impl Ctx {
 
 /// Runs a test: warm-up, then the measured run; `report(m, final)` gets progress rows and the
 /// final figures.
-pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&Measured, bool)) -> Result<(), String> {
-    let length: usize = spec.msg_sizes.iter().sum();
-    if length < 1 || (spec.cmd == Cmd::Am && spec.layout == Layout::Short && length < 8) {
+pub fn run(
+    spec: &UctTestSpec<'_>,
+    oob: &mut dyn Exchange,
+    report: &mut dyn FnMut(&Measured, bool),
+) -> Result<(), String> {
+    let length: usize = spec.params.msg_sizes.iter().sum();
+    if length < 1 || (spec.cmd() == Command::Am && spec.layout() == DataLayout::Short && length < 8) {
         return Err(format!("message size {length} is too small for this test"));
     }
     let ctx = Ctx::setup(spec, oob)?;
     let attr = ctx.iface.attr().clone();
-    if spec.cmd == Cmd::Am && spec.layout == Layout::Short && length > attr.am.max_short {
+    if spec.cmd() == Command::Am && spec.layout() == DataLayout::Short && length > attr.am.max_short {
         return Err(format!("message size {length} exceeds the transport's am_short limit ({})", attr.am.max_short));
     }
-    let sync = |oob: &mut dyn Exchange, ctx: &Ctx| {
+    let sync = |oob: &mut dyn Exchange, ctx: &Ctx<'_>| {
         oob.barrier(&mut || {
             ctx.worker.progress();
         })
     };
-    for_each_run(spec.warmup, spec.iters, oob, &mut |oob, iters, measured| {
+    for_each_run(spec.params.warmup, spec.params.iters_limit(), oob, &mut |oob, iters, measured| {
         // Every run starts from zeroed buffers and sequence numbers on both sides.
         // SAFETY: both buffers are ours and at least `len` bytes.
         unsafe {
@@ -667,25 +639,25 @@ pub fn run(spec: &UctTestSpec, oob: &mut dyn Exchange, report: &mut dyn FnMut(&M
             std::ptr::write_bytes(ctx.recv.ptr, 0, ctx.recv.len);
         }
         ctx.am_sn.set(0);
-        if spec.pingpong {
+        if spec.pingpong() {
             ctx.am_sn.set(u8::MAX);
-            if spec.cmd == Cmd::Put {
+            if spec.cmd() == Command::Put {
                 // SAFETY: last byte of the message within the receive buffer.
                 unsafe { ctx.recv.ptr.add(length - 1).write_volatile(u8::MAX) };
-            } else if spec.cmd == Cmd::Add {
+            } else if spec.cmd() == Command::Add {
                 // SAFETY: first byte of the receive buffer.
                 unsafe { ctx.recv.ptr.write_volatile(u8::MAX) };
             }
         }
         sync(oob, &ctx)?;
-        let mut meter = Meter::new(iters, spec.percentile, spec.pingpong);
+        let mut meter = Meter::new(iters, spec.params.percentile, spec.pingpong());
         meter.start();
         let mut rep = |m: &Measured| {
             if measured {
                 report(m, false)
             }
         };
-        if spec.pingpong {
+        if spec.pingpong() {
             ctx.pingpong(&mut meter, &mut rep)?;
         } else {
             ctx.stream(&mut meter, &mut rep)?;

@@ -5,7 +5,8 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 
 use ucx_perf::meter::Measured;
-use ucx_perf::uct_tests::{run, Cmd, Exchange, Layout, UctTestSpec};
+use ucx_perf::params::{Command, DataLayout, PerfParams, TestKind};
+use ucx_perf::uct_tests::{Exchange, UctTestSpec};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -26,22 +27,31 @@ impl Exchange for Chan {
     }
 }
 
-fn spec(cmd: Cmd, pingpong: bool, layout: Layout, size: usize) -> UctTestSpec {
-    UctTestSpec {
-        cmd,
-        pingpong,
+/// The parameters of `test` as `ucx-perf -l -t <test> -D <layout> -s <size> -n 20000 -w 1000`
+/// would set them.
+fn params(test: TestKind, layout: DataLayout, size: usize) -> PerfParams {
+    PerfParams {
+        test,
+        has_test: true,
         layout,
         msg_sizes: vec![size],
         iters: 20_000,
         warmup: 1000,
-        fc_window: 127,
-        percentile: 50.0,
-        no_responder_progress: false,
-        resource: "posix/memory".into(),
         loopback: true,
-        index: 0,
         max_outstanding: 1,
+        ..PerfParams::default()
     }
+}
+
+/// Runs the test of `p` over `resource` as side `index`.
+fn run(
+    p: &PerfParams,
+    resource: &str,
+    index: u8,
+    oob: &mut dyn Exchange,
+    report: &mut dyn FnMut(&Measured, bool),
+) -> Result<(), String> {
+    ucx_perf::uct_tests::run(&UctTestSpec { params: p, resource, index }, oob, report)
 }
 
 fn check(name: &str, finals: &[Measured], iters: u64) {
@@ -51,20 +61,20 @@ fn check(name: &str, finals: &[Measured], iters: u64) {
     assert!(m.lat_overall_us > 0.0 && m.msgrate_overall > 0.0 && m.bw_overall_mbs > 0.0, "{name}: {m:?}");
 }
 
-const ALL: &[(&str, Cmd, bool, Layout, usize)] = &[
-    ("am_lat", Cmd::Am, true, Layout::Short, 8),
-    ("am_lat bcopy", Cmd::Am, true, Layout::Bcopy, 1024),
-    ("am_lat shortiov", Cmd::Am, true, Layout::ShortIov, 64),
-    ("put_lat", Cmd::Put, true, Layout::Short, 8),
-    ("add_lat", Cmd::Add, true, Layout::Short, 8),
-    ("get", Cmd::Get, false, Layout::Bcopy, 64),
-    ("fadd", Cmd::Fadd, false, Layout::Short, 8),
-    ("swap", Cmd::Swap, false, Layout::Short, 8),
-    ("cswap", Cmd::Cswap, false, Layout::Short, 4),
-    ("am_bw", Cmd::Am, false, Layout::Short, 8),
-    ("am_bw bcopy", Cmd::Am, false, Layout::Bcopy, 8192),
-    ("put_bw", Cmd::Put, false, Layout::Bcopy, 4096),
-    ("add_mr", Cmd::Add, false, Layout::Short, 8),
+const ALL: &[(&str, TestKind, DataLayout, usize)] = &[
+    ("am_lat", TestKind::AmLat, DataLayout::Short, 8),
+    ("am_lat bcopy", TestKind::AmLat, DataLayout::Bcopy, 1024),
+    ("am_lat shortiov", TestKind::AmLat, DataLayout::ShortIov, 64),
+    ("put_lat", TestKind::PutLat, DataLayout::Short, 8),
+    ("add_lat", TestKind::AddLat, DataLayout::Short, 8),
+    ("get", TestKind::Get, DataLayout::Bcopy, 64),
+    ("fadd", TestKind::Fadd, DataLayout::Short, 8),
+    ("swap", TestKind::Swap, DataLayout::Short, 8),
+    ("cswap", TestKind::Cswap, DataLayout::Short, 4),
+    ("am_bw", TestKind::AmBw, DataLayout::Short, 8),
+    ("am_bw bcopy", TestKind::AmBw, DataLayout::Bcopy, 8192),
+    ("put_bw", TestKind::PutBw, DataLayout::Bcopy, 4096),
+    ("add_mr", TestKind::AddMr, DataLayout::Short, 8),
 ];
 
 #[test]
@@ -74,13 +84,12 @@ fn cma_zero_copy() {
     if uct::unavailable_components().iter().any(|(n, _)| *n == "cma") {
         return;
     }
-    for (name, cmd) in [("put_bw zcopy", Cmd::Put), ("get zcopy", Cmd::Get)] {
-        let mut s0 = spec(cmd, false, Layout::Zcopy, 1 << 20);
-        s0.resource = "cma/memory".into();
+    for (name, test) in [("put_bw zcopy", TestKind::PutBw), ("get zcopy", TestKind::Get)] {
+        let mut s0 = params(test, DataLayout::Zcopy, 1 << 20);
         s0.iters = 200;
         s0.warmup = 10;
         let mut finals = Vec::new();
-        run(&s0, &mut Loopback, &mut |m, fin| {
+        run(&s0, "cma/memory", 0, &mut Loopback, &mut |m, fin| {
             if fin {
                 finals.push(*m)
             }
@@ -91,14 +100,13 @@ fn cma_zero_copy() {
         let (a_tx, b_rx) = channel();
         let (b_tx, a_rx) = channel();
         s0.loopback = false;
-        let mut s1 = s0.clone();
-        s1.index = 1;
+        let s1 = s0.clone();
         let server = std::thread::spawn(move || {
             uct_shm::register();
-            run(&s0, &mut Chan(a_tx, a_rx), &mut |_, _| {})
+            run(&s0, "cma/memory", 0, &mut Chan(a_tx, a_rx), &mut |_, _| {})
         });
         let mut finals = Vec::new();
-        let r = run(&s1, &mut Chan(b_tx, b_rx), &mut |m, fin| {
+        let r = run(&s1, "cma/memory", 1, &mut Chan(b_tx, b_rx), &mut |m, fin| {
             if fin {
                 finals.push(*m)
             }
@@ -114,10 +122,9 @@ fn messages_over_the_transport_limit_are_an_error() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     uct_shm::register();
     // posix: AM bcopy up to UCX_MM_SEG_SIZE (8256), AM short up to the FIFO element (120).
-    for (cmd, layout, size, what) in
-        [(Cmd::Am, Layout::Bcopy, 9000, "AM bcopy"), (Cmd::Am, Layout::Short, 1000, "AM short")]
-    {
-        let err = run(&spec(cmd, true, layout, size), &mut Loopback, &mut |_, _| {}).unwrap_err();
+    for (layout, size, what) in [(DataLayout::Bcopy, 9000, "AM bcopy"), (DataLayout::Short, 1000, "AM short")] {
+        let p = params(TestKind::AmLat, layout, size);
+        let err = run(&p, "posix/memory", 0, &mut Loopback, &mut |_, _| {}).unwrap_err();
         assert!(err.contains(what) && err.contains(&size.to_string()), "{err}");
     }
 }
@@ -126,9 +133,9 @@ fn messages_over_the_transport_limit_are_an_error() {
 fn every_uct_test_in_loopback() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     uct_shm::register();
-    for &(name, cmd, pp, layout, size) in ALL {
+    for &(name, test, layout, size) in ALL {
         let mut finals = Vec::new();
-        run(&spec(cmd, pp, layout, size), &mut Loopback, &mut |m, fin| {
+        run(&params(test, layout, size), "posix/memory", 0, &mut Loopback, &mut |m, fin| {
             if fin {
                 finals.push(*m)
             }
@@ -142,17 +149,16 @@ fn every_uct_test_in_loopback() {
 fn two_sides() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     uct_shm::register();
-    for &(name, cmd, pp, layout, size) in ALL {
+    for &(name, test, layout, size) in ALL {
         let (a_tx, b_rx) = channel();
         let (b_tx, a_rx) = channel();
-        let mut s0 = spec(cmd, pp, layout, size);
+        let mut s0 = params(test, layout, size);
         s0.loopback = false;
-        let mut s1 = s0.clone();
-        s1.index = 1;
+        let s1 = s0.clone();
         let server = std::thread::spawn(move || {
             uct_shm::register();
             let mut finals = Vec::new();
-            run(&s0, &mut Chan(a_tx, a_rx), &mut |m, fin| {
+            run(&s0, "posix/memory", 0, &mut Chan(a_tx, a_rx), &mut |m, fin| {
                 if fin {
                     finals.push(*m)
                 }
@@ -160,7 +166,7 @@ fn two_sides() {
             .map(|_| finals)
         });
         let mut finals = Vec::new();
-        let r = run(&s1, &mut Chan(b_tx, b_rx), &mut |m, fin| {
+        let r = run(&s1, "posix/memory", 1, &mut Chan(b_tx, b_rx), &mut |m, fin| {
             if fin {
                 finals.push(*m)
             }
@@ -169,7 +175,7 @@ fn two_sides() {
         r.unwrap_or_else(|e| panic!("{name} client: {e}"));
         let sf = server.unwrap_or_else(|e| panic!("{name} server: {e}"));
         check(name, &finals, 20_000);
-        if pp || cmd == Cmd::Am {
+        if s1.is_pingpong() || test.command() == Command::Am {
             check(&format!("{name} (server)"), &sf, 20_000);
         }
     }
