@@ -1,12 +1,27 @@
-//! # tests - cross-backend integration tests
+//! # tests - integration tests across backends and processes
 //!
 //! Integration tests that run the same checks over every transport resource this machine
-//! provides: today `self`, `posix`, `sysv` and `cma`; InfiniBand joins as its crate implements it.
-//! The tests live in `tests/tests/`; this library holds what they share.
+//! provides, and the tests that need a second process. The second process is one of this
+//! package's programs, which the tests start through Cargo's `CARGO_BIN_EXE_<name>`:
+//!
+//! | program | what it is |
+//! |---|---|
+//! | `kit-agent` | the uct conformance kit's agent ([`uct::conformance::serve_agent`]) |
+//! | `shm-peer` | a uct shared-memory peer: sender, receiver, target memory (`shm_two_process`) |
+//! | `ucp-peer` | a ucp worker: a tag sender driven by commands, a peer that dies in a rendezvous, an echoing peer that sleeps in `wait` |
+//!
+//! Every peer prints the lines meant for the test prefixed with [`peer::PREFIX`] and reads its
+//! commands from stdin; the tests read them through [`peer::Peer`], always with a time limit.
+//! This library holds what the programs and the tests share.
+
+pub mod peer;
+pub mod tag;
+pub mod text;
+pub mod wakeup;
 
 use uct::conformance::Options;
 
-/// Registers every transport crate of the workspace with `uct`.
+/// Registers every transport crate of the workspace that the cross-backend tests cover.
 pub fn register_all_transports() {
     uct_shm::register();
 }

@@ -1,21 +1,12 @@
 //! Runs the whole uct conformance kit against every resource discovery finds: in one process, and
-//! for every transport that reaches other processes, across two processes (this test binary
-//! re-runs itself as the kit's agent). The tests busy-poll, so they take turns.
+//! for every transport that reaches other processes, across two processes (the receiving side
+//! in this package's `kit-agent` program). The tests busy-poll, so they take turns.
 
 use std::sync::Mutex;
 
 use uct::conformance::{self as kit, run_all, AgentCommand, Verdict};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The receiving side when the kit runs across processes; does nothing in a normal run.
-#[test]
-fn kit_agent() {
-    if kit::agent_requested() {
-        tests::register_all_transports();
-        kit::serve_agent();
-    }
-}
 
 fn check_all(name: &str, opts: &kit::Options) -> Vec<(&'static str, Verdict)> {
     let results = run_all(opts);
@@ -38,9 +29,6 @@ fn check_all(name: &str, opts: &kit::Options) -> Vec<(&'static str, Verdict)> {
 
 #[test]
 fn conformance_on_every_discovered_resource() {
-    if kit::agent_requested() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     tests::register_all_transports();
     let resources = uct::query_resources();
@@ -56,9 +44,6 @@ fn conformance_on_every_discovered_resource() {
 
 #[test]
 fn conformance_across_processes_on_every_discovered_resource() {
-    if kit::agent_requested() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     tests::register_all_transports();
     let mut ran = 0;
@@ -68,7 +53,7 @@ fn conformance_across_processes_on_every_discovered_resource() {
             eprintln!("{name}: loopback only, not run across processes");
             continue;
         }
-        let opts = tests::options_for(&name).across_processes(AgentCommand::this_test("kit_agent"));
+        let opts = tests::options_for(&name).across_processes(AgentCommand::program(env!("CARGO_BIN_EXE_kit-agent")));
         let results = check_all(&format!("{name} (two processes)"), &opts);
         assert!(
             results.iter().any(|(c, v)| *c == "peer_failure" && *v == Verdict::Passed),

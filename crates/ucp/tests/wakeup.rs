@@ -1,150 +1,37 @@
-//! Worker wakeup: the event descriptor, arm (`Busy` while events are pending), wait, and signal
-//! from another thread; two processes that sleep in `wait` between messages (eager,
-//! rendezvous over cma, wireup included); and futures completed by a tokio task that sleeps
-//! on the worker's descriptor.
-//!
-//! The peer is this test binary run again (`wakeup_peer`): it echoes every message back and
-//! sleeps in `Worker::wait` whenever it has nothing to do.
+//! Worker wakeup in one process: the event descriptor, arm (`Busy` while events are pending),
+//! wait, signal from another thread, and futures progressed by another thread. Two processes
+//! that sleep in `wait` between messages, and futures completed by a tokio task that sleeps on
+//! the worker's descriptor, are in the `tests` package (`tests/ucp_wakeup.rs`).
 
-mod common;
-
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{hex, pattern, unhex};
 use ucp::{
-    Context, ContextParams, Endpoint, Features, RecvData, RecvResult, RequestParam, SendData, Status, Worker,
-    WorkerParams, FULL_MASK,
+    Context, ContextParams, Features, RecvData, RecvResult, RequestParam, SendData, Status, Worker, WorkerParams,
+    FULL_MASK,
 };
 
-/// The tests of this file run one at a time (the peers share two cores with them).
+/// The tests of this file run one at a time (two of them keep a second thread busy).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-const PEER_ENV: &str = "UCP_WAKEUP_PEER_ADDR";
 const TIMEOUT: Duration = Duration::from_secs(30);
-const PING: u64 = 1;
-const PONG: u64 = 2;
-/// Sizes that take eager short, eager bcopy, multi-fragment eager and rendezvous.
-const SIZES: [usize; 5] = [8, 3000, 20_000, 300_000, 1 << 20];
+
+/// Deterministic test data: `n` bytes depending on `seed`.
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    (0..n).map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed * 7 + 1) as u8).collect()
+}
 
 fn context(tls: &str, features: Features) -> Context {
     uct_shm::register();
     Context::new(&ContextParams::new(features).with_config("TLS", tls)).unwrap()
 }
 
-/// Progresses until `done`, sleeping in `wait` whenever progress finds nothing; returns how
-/// many times it slept (or found events pending at arm time).
-fn wait_until(w: &Worker, mut done: impl FnMut() -> bool) -> u64 {
-    let t = Instant::now();
-    let mut sleeps = 0;
-    loop {
-        while w.progress() > 0 {}
-        if done() {
-            return sleeps;
-        }
-        assert!(t.elapsed() < TIMEOUT, "nothing completed in {TIMEOUT:?}");
-        // Every wait here ends with an event: running out means a wakeup was lost.
-        assert!(w.wait_timeout(Some(TIMEOUT)).unwrap(), "slept {TIMEOUT:?} through an event");
-        sleeps += 1;
-    }
-}
-
-/// Receives one message of up to 1 MiB with `tag`, sleeping while it waits.
-fn recv_sleeping(w: &Worker, tag: u64, sleeps: &mut u64) -> Vec<u8> {
-    let mut buf = vec![0u8; 1 << 20];
-    // SAFETY: `buf` outlives the request, which is waited for below.
-    let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) }.unwrap();
-    let len = match r {
-        RecvResult::Done(info) => info.length,
-        RecvResult::Pending(req) => {
-            *sleeps += wait_until(w, || req.is_completed());
-            assert_eq!(req.status(), Status::Ok);
-            req.recv_info().unwrap().length
-        }
-    };
-    buf.truncate(len);
-    buf
-}
-
-/// Sends `data` with `tag`, sleeping until the send completed.
-fn send_sleeping(ep: &Endpoint, data: &[u8], tag: u64, sleeps: &mut u64) {
-    // SAFETY: `data` outlives the request, which is waited for below.
-    let r = unsafe { ep.tag_send_nbx(SendData::Contig(data), tag, RequestParam::new()) }.unwrap();
-    if let Some(req) = r {
-        *sleeps += wait_until(ep.worker(), || req.is_completed());
-        assert_eq!(req.status(), Status::Ok);
-    }
-}
-
-/// A peer process that echoes messages back.
-struct Peer {
-    child: Child,
-    addr: Vec<u8>,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl Peer {
-    fn spawn(w: &Worker, rounds: usize) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "wakeup_peer", "--nocapture", "--test-threads", "1"])
-            .env(PEER_ENV, format!("{} {rounds}", hex(w.address())))
-            .env("UCX_TLS", "posix,cma")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = loop {
-            let l = lines.next().expect("peer exited before printing its address").unwrap();
-            if let Some(at) = l.find("PEER< addr ") {
-                break unhex(&l[at + 11..]);
-            }
-        };
-        Peer { child, addr, lines }
-    }
-
-    /// The peer's report line after the last round: how often it slept.
-    fn finish(mut self) -> u64 {
-        for l in self.lines.by_ref() {
-            let l = l.unwrap();
-            if let Some(at) = l.find("PEER< sleeps ") {
-                let n = l[at + 13..].trim().parse().unwrap();
-                let st = self.child.wait().unwrap();
-                assert!(st.success(), "peer failed: {st}");
-                return n;
-            }
-        }
-        panic!("peer exited without a report: {:?}", self.child.wait());
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The peer process: echoes `rounds` messages (PING in, PONG out), sleeping in `wait`.
-#[test]
-fn wakeup_peer() {
-    let Ok(env) = std::env::var(PEER_ENV) else { return };
-    let (addr, rounds) = env.split_once(' ').unwrap();
-    let rounds: usize = rounds.parse().unwrap();
-    let ctx = context("posix,cma", Features::TAG | Features::WAKEUP);
-    let w = Worker::new(&ctx, &WorkerParams::new("wakeup-peer")).unwrap();
-    println!("PEER< addr {}", hex(w.address()));
-    let ep = w.ep_create(&unhex(addr)).unwrap();
-    let mut sleeps = 0;
-    for _ in 0..rounds {
-        let m = recv_sleeping(&w, PING, &mut sleeps);
-        send_sleeping(&ep, &m, PONG, &mut sleeps);
-    }
-    println!("PEER< sleeps {sleeps}");
-    ep.close(ucp::CloseMode::Flush).unwrap();
+/// True when thread `tid` of this process is blocked in the kernel (state `S`, e.g. in
+/// `epoll_wait`).
+fn asleep(tid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) == Some("S")
 }
 
 #[test]
@@ -172,8 +59,15 @@ fn signal_wakes_a_waiter_on_another_thread() {
 
     // A single-threaded worker still accepts signals from other threads.
     let other = w.clone();
+    // SAFETY: gettid has no preconditions.
+    let waiter = unsafe { libc::gettid() };
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
+        // Signal once the waiter sleeps (or after a while if it never seems to: the wait below
+        // must return either way).
+        let t = Instant::now();
+        while !asleep(waiter) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::yield_now();
+        }
         other.signal().unwrap();
         // Everything else is refused from this thread.
         assert_eq!(other.arm(), Err(Status::InvalidParam));
@@ -238,76 +132,6 @@ fn arm_is_busy_while_a_message_waits() {
         };
         assert_eq!(&buf[..info.length], b"hello");
     }
-}
-
-#[test]
-fn two_processes_sleep_between_messages() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let w = Worker::new(&context("posix,cma", Features::TAG | Features::WAKEUP), &WorkerParams::new("main")).unwrap();
-    let peer = Peer::spawn(&w, SIZES.len());
-    let ep = w.ep_create(&peer.addr).unwrap();
-    let mut sleeps = 0;
-    for (i, &n) in SIZES.iter().enumerate() {
-        // Let the peer fall asleep first.
-        std::thread::sleep(Duration::from_millis(100));
-        let data = pattern(n, i as u64);
-        send_sleeping(&ep, &data, PING, &mut sleeps);
-        let back = recv_sleeping(&w, PONG, &mut sleeps);
-        assert!(back == data, "{n} bytes came back different");
-    }
-    ep.close(ucp::CloseMode::Flush).unwrap();
-    let peer_sleeps = peer.finish();
-    eprintln!("slept: here {sleeps}, peer {peer_sleeps}");
-    // A busy-polling peer would have looped millions of times in the pauses above; one that
-    // sleeps wakes a few times per message.
-    assert!(peer_sleeps < 200 * SIZES.len() as u64, "the peer did not sleep: {peer_sleeps} wakeups");
-    assert!(sleeps > 0);
-}
-
-/// Sleeps on the worker's descriptor and progresses it whenever it becomes readable.
-async fn drive(w: &Worker) -> ! {
-    let src = w.event_source().unwrap();
-    // SAFETY: the event source keeps the worker, and so its descriptor, open while registered.
-    let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(src, tokio::io::Interest::READABLE) }.unwrap();
-    loop {
-        while w.progress() > 0 {}
-        match w.arm() {
-            Ok(()) => fd.readable().await.unwrap().clear_ready(),
-            Err(Status::Busy) => tokio::task::yield_now().await,
-            Err(e) => panic!("arm: {e}"),
-        }
-    }
-}
-
-#[test]
-fn futures_driven_by_a_task_on_the_descriptor() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let w = Worker::new(&context("posix,cma", Features::TAG | Features::WAKEUP), &WorkerParams::new("tokio")).unwrap();
-    let peer = Peer::spawn(&w, SIZES.len());
-    let ep = w.ep_create(&peer.addr).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();
-    rt.block_on(async {
-        // From here on the futures do not progress the worker: only `drive` does.
-        let _driver = w.progress_driver();
-        let work = async {
-            for (i, &n) in SIZES.iter().enumerate() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let data = pattern(n, 100 + i as u64);
-                let pong = w.tag_recv(vec![0u8; 1 << 20], PONG, FULL_MASK);
-                let (data, r) = ep.tag_send(data, PING).await;
-                r.unwrap();
-                let (mut back, r) = pong.await;
-                back.truncate(r.unwrap().length);
-                assert!(back == data, "{n} bytes came back different");
-            }
-        };
-        tokio::select! {
-            _ = drive(&w) => {}
-            r = tokio::time::timeout(TIMEOUT, work) => r.expect("the exchange timed out"),
-        }
-    });
-    ep.close(ucp::CloseMode::Flush).unwrap();
-    peer.finish();
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! fault injector (`UCX_UD_VERBS_LOSS`) drops 1%, 10% and 30% of the received datagrams (data
 //! and acknowledgements alike), and with duplication and reordering on top. Two interfaces in
 //! one process exchange thousands of active messages each way; every message is checked the
-//! moment it arrives. Needs an RDMA device: run with `tools/rdma-vm/test`.
+//! moment it arrives (the same to an interface in another process: `ten_percent_loss_across_processes`
+//! in the `tests` package's `kit_ib`). Needs an RDMA device: run with `tools/rdma-vm/test`.
 
 mod ud_common;
 
@@ -99,56 +100,4 @@ fn thirty_percent_loss() {
 #[test]
 fn loss_duplication_and_reordering() {
     exchange("drop=5%,dup=5%,reorder=10%", 2000, Duration::from_secs(300));
-}
-
-/// The receiving side of the cross-process test; does nothing in a normal run.
-#[test]
-fn kit_agent() {
-    if uct::conformance::agent_requested() {
-        uct_ib::register();
-        uct::conformance::serve_agent();
-    }
-}
-
-/// 3000 messages to an interface in another process, both dropping 10% of what they receive.
-#[test]
-fn ten_percent_loss_across_processes() {
-    use uct::conformance::{AgentCommand, Options, Pair};
-    if uct::conformance::agent_requested() {
-        return;
-    }
-    let Some((md, port)) = device() else { return };
-    let res = format!("ud_verbs/{}:{port}", md.dev.name);
-    let opts = Options::new(&res)
-        .with_config("LOSS", "drop=10%,seed=5")
-        .with_config("RX_QUEUE_LEN", "1024")
-        .across_processes(AgentCommand::this_test("kit_agent"));
-    let pair = Pair::open(&opts, false, 1).expect("open a pair across processes");
-    pair.listen(AM).unwrap();
-    let ep = &pair.eps[0];
-    let attr = pair.sender().attr().clone();
-    let n = 3000u64;
-    let mut got = Vec::new();
-    let start = Instant::now();
-    let mut next = 0;
-    // Send in chunks, collecting each chunk (all of it: nothing else is in flight then).
-    while next < n {
-        let end = (next + 500).min(n);
-        while next < end {
-            if !send(&**ep, AM, next, attr.am.max_short, attr.am.max_bcopy).expect("send") {
-                pair.worker.progress();
-                assert!(start.elapsed() < Duration::from_secs(300), "{next} of {n} sent");
-                continue;
-            }
-            next += 1;
-        }
-        got.extend(pair.collect(AM, (next as usize) - got.len()));
-    }
-    for (i, m) in got.iter().enumerate() {
-        let seq = u64::from_ne_bytes(m[..8].try_into().unwrap());
-        assert_eq!(seq, i as u64, "message {i} out of order");
-        assert!(m[8..].iter().enumerate().all(|(k, &x)| x == filler(seq, k)), "message {i} corrupted");
-    }
-    assert!(pair.failures.borrow().is_empty());
-    eprintln!("3000 messages across processes at 10% loss in {:?}", start.elapsed());
 }

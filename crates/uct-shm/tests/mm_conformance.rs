@@ -1,17 +1,9 @@
-//! The uct conformance kit against `posix` and `sysv`, in one process and across two processes
-//! (this test binary re-runs itself as the kit's agent, which holds the receiving side).
-//! Every test here busy-polls, so they take turns.
+//! The uct conformance kit against `posix` and `sysv` in one process, and the interfaces'
+//! wakeup and re-entrancy. The runs across two processes are in the `tests` package
+//! (`tests/kit_shm.rs`, with its `kit-agent` program). Every test here busy-polls, so they take
+//! turns.
 
-use uct::conformance::{self as kit, AgentCommand, Options};
-
-/// The receiving side when the kit runs across processes; does nothing in a normal run.
-#[test]
-fn kit_agent() {
-    if kit::agent_requested() {
-        uct_shm::register();
-        kit::serve_agent();
-    }
-}
+use uct::conformance::{self as kit, Options};
 
 fn opts(tl: &str) -> Options {
     uct_shm::register();
@@ -32,69 +24,8 @@ fn sysv_conformance() {
     run(opts("sysv"));
 }
 
-#[test]
-fn posix_conformance_across_processes() {
-    run(opts("posix").across_processes(AgentCommand::this_test("kit_agent")));
-}
-
-#[test]
-fn sysv_conformance_across_processes() {
-    run(opts("sysv").across_processes(AgentCommand::this_test("kit_agent")));
-}
-
-/// More messages in flight than the FIFO holds, to a receiver in another process: the FIFO
-/// wraps around many times, every message arrives once and in order.
-fn wrap_around(tl: &str) {
-    use uct::{Outcome, SendFlags};
-    if kit::agent_requested() {
-        return;
-    }
-    let _turn = kit::take_turn();
-    let pair = kit::Pair::open(&opts(tl).across_processes(AgentCommand::this_test("kit_agent")), true, 1).unwrap();
-    const N: u64 = 5000;
-    pair.listen(3).unwrap();
-    let ep = &pair.eps[0];
-    for seq in 0..N {
-        let r = if seq % 3 == 0 {
-            pair.retry("am_bcopy", || {
-                ep.am_bcopy(
-                    3,
-                    &mut |b: &mut [u8]| {
-                        b[..8].copy_from_slice(&seq.to_ne_bytes());
-                        b[8..300].fill(seq as u8);
-                        300
-                    },
-                    SendFlags::empty(),
-                )
-            })
-            .map(|o| o.map(|_| ()))
-        } else {
-            pair.retry("am_short", || ep.am_short(3, seq, &[seq as u8; 16]))
-        };
-        assert_eq!(r, Ok(Outcome::Done(())), "{tl}: send {seq}");
-    }
-    let got = pair.collect(3, N as usize);
-    for (i, m) in got.iter().enumerate() {
-        let seq = u64::from_ne_bytes(m[..8].try_into().unwrap());
-        assert_eq!(seq, i as u64, "{tl}: message {i} out of order");
-        let (len, fill) = if seq % 3 == 0 { (300, 292) } else { (24, 16) };
-        assert_eq!(m.len(), len, "{tl}: message {i} length");
-        assert!(m[8..8 + fill].iter().all(|&b| b == seq as u8), "{tl}: message {i} payload");
-    }
-}
-
-#[test]
-fn posix_fifo_wrap_across_processes() {
-    wrap_around("posix");
-}
-
-#[test]
-fn sysv_fifo_wrap_across_processes() {
-    wrap_around("sysv");
-}
-
 /// Two interfaces of `tl` in this process, the receiving one shared so handlers can reach it,
-/// and an endpoint from the other to it. `None` in the kit's agent. Holds the turn.
+/// and an endpoint from the other to it. Holds the turn.
 struct LocalPair {
     _turn: std::sync::MutexGuard<'static, ()>,
     _worker: uct::Worker,
@@ -104,10 +35,7 @@ struct LocalPair {
     ep: Box<dyn uct::Ep>,
 }
 
-fn local_pair(tl: &str) -> Option<LocalPair> {
-    if kit::agent_requested() {
-        return None;
-    }
+fn local_pair(tl: &str) -> LocalPair {
     let _turn = kit::take_turn();
     uct_shm::register();
     let worker = uct::Worker::default();
@@ -115,14 +43,14 @@ fn local_pair(tl: &str) -> Option<LocalPair> {
     let (md, rx) = uct::iface_open_by_name(&worker, &name, uct::IfaceParams::default()).unwrap();
     let (md2, tx) = uct::iface_open_by_name(&worker, &name, uct::IfaceParams::default()).unwrap();
     let ep = tx.ep_create(&uct::EpParams::to_iface(&rx.device_address(), &rx.iface_address())).unwrap();
-    Some(LocalPair { _turn, _worker: worker, _mds: [md, md2], rx: rx.into(), _tx: tx, ep })
+    LocalPair { _turn, _worker: worker, _mds: [md, md2], rx: rx.into(), _tx: tx, ep }
 }
 
 fn wakeup(tl: &str) {
     use std::rc::Rc;
     use uct::{EventFlags, Outcome, Status};
     // The whole pair stays bound: it holds the turn, the worker and both interfaces.
-    let Some(pair) = local_pair(tl) else { return };
+    let pair = local_pair(tl);
     let (rx, ep) = (&pair.rx, &pair.ep);
     rx.set_am_handler(0, Some(Rc::new(|_| {}))).unwrap();
     let fd = rx.event_fd().unwrap();
@@ -162,7 +90,7 @@ fn reentrant_handler(tl: &str) {
     use std::rc::{Rc, Weak};
     use uct::{EventFlags, Iface, Outcome, Status};
     // The whole pair stays bound: it holds the turn, the worker and both interfaces.
-    let Some(pair) = local_pair(tl) else { return };
+    let pair = local_pair(tl);
     let (rx, ep) = (&pair.rx, &pair.ep);
     let seen = Rc::new(RefCell::new(Vec::new()));
     let (me, log): (Weak<dyn Iface>, _) = (Rc::downgrade(rx), seen.clone());

@@ -19,24 +19,25 @@
 //!
 //! With [`Options::across_processes`] the receiving side of every check (its interface,
 //! handlers, kept descriptors and target memory) lives in an *agent* process, and the test
-//! process only sends. The agent is normally the test binary itself, re-run with one test that
-//! calls [`serve_agent`]; the two talk over the agent's stdin and stdout, one request line and
-//! one answer line at a time. [`peer_failure`] then also kills the agent and checks that the
-//! survivor notices:
+//! process only sends. The agent is a small program that registers the transports and calls
+//! [`serve_agent`]; the two talk over the agent's stdin and stdout, one request line and one
+//! answer line at a time. [`peer_failure`] then also kills the agent and checks that the
+//! survivor notices. The workspace's agent is the `tests` package's `kit-agent` binary, which
+//! that package's integration tests start through Cargo's `CARGO_BIN_EXE_kit-agent`:
 //!
 //! ```ignore
-//! #[test]
-//! fn kit_agent() {
-//!     if uct::conformance::agent_requested() {
-//!         uct_shm::register();
-//!         uct::conformance::serve_agent();
-//!     }
+//! // src/bin/kit-agent.rs
+//! fn main() {
+//!     uct_shm::register();
+//!     uct::conformance::serve_agent();
 //! }
 //!
+//! // tests/kit.rs
 //! #[test]
 //! fn posix_across_processes() {
 //!     uct_shm::register();
-//!     let opts = Options::new("posix/memory").across_processes(AgentCommand::this_test("kit_agent"));
+//!     let agent = AgentCommand::program(env!("CARGO_BIN_EXE_kit-agent"));
+//!     let opts = Options::new("posix/memory").across_processes(agent);
 //!     for (name, verdict) in uct::conformance::run_all(&opts) { /* ... */ }
 //! }
 //! ```
@@ -47,7 +48,7 @@ mod rma;
 mod setup;
 
 pub use am::{am_invalid, am_keep_desc, am_reentrant, am_sizes, am_zcopy_iov, pending_fairness};
-pub use peer::{agent_requested, serve_agent, AgentCommand, AGENT_ENV};
+pub use peer::{serve_agent, AgentCommand};
 pub use rma::{atomics, ep_check, flush, peer_failure, put_get, rkey_unpack_garbage};
 pub use setup::{Options, Pair, Target};
 
@@ -82,13 +83,10 @@ pub fn take_turn() -> std::sync::MutexGuard<'static, ()> {
     TURNS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// [`run_all`] for a test binary: nothing in the agent process (empty result); otherwise it
-/// takes a turn ([`take_turn`]), prints every verdict, and panics on a skipped check unless
-/// `may_skip(check, reason, across_processes)` allows it. Returns the verdicts.
+/// [`run_all`] for a test binary: it takes a turn ([`take_turn`]), prints every verdict, and
+/// panics on a skipped check unless `may_skip(check, reason, across_processes)` allows it.
+/// Returns the verdicts.
 pub fn run_checked(opts: &Options, may_skip: impl Fn(&str, &str, bool) -> bool) -> Vec<(&'static str, Verdict)> {
-    if agent_requested() {
-        return Vec::new();
-    }
     let _turn = take_turn();
     let remote = opts.agent.is_some();
     let results = run_all(opts);

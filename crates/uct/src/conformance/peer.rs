@@ -20,9 +20,6 @@ use crate::{
     AM_ID_MAX,
 };
 
-/// Environment variable that makes a test binary serve as the kit's agent.
-pub const AGENT_ENV: &str = "UCX_RS_KIT_AGENT";
-
 /// Prefix of the agent's answer lines (other output on stdout, e.g. the test harness's, is
 /// skipped).
 const ANSWER: &str = "KIT< ";
@@ -39,20 +36,23 @@ pub struct AgentCommand {
 }
 
 impl AgentCommand {
-    /// Re-runs the current test executable with only the test `entry`, which must call
-    /// [`serve_agent`] when [`agent_requested`] holds.
-    pub fn this_test(entry: &str) -> Self {
-        AgentCommand {
-            program: std::env::current_exe().expect("current executable"),
-            args: vec!["--exact".into(), entry.into(), "--nocapture".into(), "--test-threads=1".into()],
-            env: vec![(AGENT_ENV.into(), "1".into())],
-        }
+    /// Runs `program` (normally a test package's agent binary, found through Cargo's
+    /// `CARGO_BIN_EXE_<name>`), which registers its transports and calls [`serve_agent`].
+    pub fn program(program: impl Into<std::path::PathBuf>) -> Self {
+        AgentCommand { program: program.into(), args: Vec::new(), env: Vec::new() }
     }
-}
 
-/// True when this process was started as the kit's agent.
-pub fn agent_requested() -> bool {
-    std::env::var_os(AGENT_ENV).is_some()
+    /// Adds an argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
 }
 
 /// What a handler does with the messages of one active message id.
@@ -627,7 +627,7 @@ impl Peer for RemotePeer {
 // The agent.
 
 /// Serves as the kit's agent on stdin/stdout until told `BYE` or stdin closes; call it from the
-/// test named in [`AgentCommand::this_test`] after registering the transports. Between requests
+/// agent program's `main` after registering the transports. Between requests
 /// it progresses its worker; it exits on its own after five idle minutes.
 pub fn serve_agent() {
     let (tx, rx) = mpsc::channel::<String>();

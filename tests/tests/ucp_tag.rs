@@ -4,20 +4,13 @@
 //! unexpected floods from several senders, probe for a message sent later, cancel, truncation,
 //! 1 byte into a large receive, sync sends completing only after the match, zero length.
 //!
-//! The remote senders are this test binary run again (`tag_peer`), driven over stdin/stdout.
+//! The remote senders are this package's `ucp-peer tag`, driven over stdin/stdout.
 
-mod common;
 #[path = "common/tag_scenarios.rs"]
 mod scenarios;
 
 use scenarios::*;
 use ucp::{Worker, WorkerParams};
-
-/// The peer process (see [`scenarios::peer_main`]).
-#[test]
-fn tag_peer() {
-    peer_main();
-}
 
 #[test]
 fn over_self_in_one_process() {

@@ -1,5 +1,5 @@
 //! UCP tag matching over InfiniBand lanes, across processes, on a real verbs stack (Soft-RoCE in
-//! the VM of `tools/rdma-vm/test`): the scenarios of `tag_semantics` under every forced
+//! the VM of `tools/rdma-vm/test`): the scenarios of `ucp_tag` under every forced
 //! protocol path, over
 //! - `UCX_TLS=rc_v,ud_v`: rc carries the data, its endpoints wired up through ud;
 //! - `UCX_TLS=ud_v`: ud alone, reliability in software;
@@ -10,19 +10,12 @@
 //! Without an RDMA device (outside the VM) the tests say so and pass, unless
 //! `UCX_RS_REQUIRE_RDMA=1`.
 
-mod common;
 #[path = "common/tag_scenarios.rs"]
 mod scenarios;
 
-use common::pattern;
 use scenarios::*;
+use tests::text::pattern;
 use ucp::{RecvData, RequestParam, SendData, Worker, WorkerParams, FULL_MASK};
-
-/// The peer process (see [`scenarios::peer_main`]).
-#[test]
-fn tag_peer() {
-    peer_main();
-}
 
 /// Runs every scenario and configuration with peers over `tls`; `expect` checks the lanes the
 /// first peer reports (`connected usage=transport ...`).

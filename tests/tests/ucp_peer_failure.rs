@@ -3,32 +3,29 @@
 //! `wait`), data that arrived whole before the death is still delivered, and the survivor
 //! keeps working with new peers.
 //!
-//! The peer is this test binary run again (`dying_peer`): it sends a small message and the
-//! rendezvous request of a large one, then exits without serving the rendezvous.
+//! The peer is this package's `ucp-peer dying`: it sends a small message and the rendezvous
+//! request of a large one, says so, and exits without serving the rendezvous once this side,
+//! having seen the request arrive, tells it to die.
 //!
 //! Over shared memory (posix + cma) here, and over InfiniBand lanes (rc wired up through ud)
 //! where there is an RDMA device (the VM of `tools/rdma-vm/test`): there the dead peer's queue
 //! pair stops answering and the survivor's keepalive write exhausts its retries.
 
-mod common;
-
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{hex, unhex};
+use tests::peer::Peer;
+use tests::tag::{DYING_BIG as BIG, DYING_BIG_LEN as BIG_LEN, DYING_SMALL as SMALL};
+use tests::text::hex;
 use ucp::{
-    Context, ContextParams, Features, RecvData, RecvResult, Request, RequestParam, SendData, Status, Worker,
+    Context, ContextParams, Features, ProtoCounts, RecvData, RecvResult, Request, RequestParam, Status, Worker,
     WorkerParams, FULL_MASK,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-const PEER_ENV: &str = "UCP_DYING_PEER";
 const TIMEOUT: Duration = Duration::from_secs(30);
-const SMALL: u64 = 1;
-const BIG: u64 = 2;
-const BIG_LEN: usize = 256 * 1024;
 
 const SHM: &str = "posix,cma";
 
@@ -50,54 +47,34 @@ fn worker(tls: &str, scheme: &str, wakeup: bool) -> Worker {
     Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new("survivor")).unwrap()
 }
 
-/// The peer: sends SMALL (waiting for it), starts BIG (its RTS goes out at once), exits.
-/// With mode "ok" it sends SMALL only and closes cleanly.
-#[test]
-fn dying_peer() {
-    let Ok(env) = std::env::var(PEER_ENV) else { return };
-    let (addr, mode) = env.split_once(' ').unwrap();
-    uct_shm::register();
-    uct_ib::register();
-    let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
-    let w = Worker::new(&ctx, &WorkerParams::new("dying")).unwrap();
-    let ep = w.ep_create(&unhex(addr)).unwrap();
-    ep.tag_send_blocking(b"whole before dying", SMALL).unwrap();
-    if mode == "ok" {
-        ep.close(ucp::CloseMode::Flush).unwrap();
-        return;
-    }
-    let big = vec![7u8; BIG_LEN];
-    // SAFETY: the process exits below without ever touching `big` again; the buffer is never
-    // freed before exit.
-    let r = unsafe { ep.tag_send_nbx(SendData::Contig(&big), BIG, RequestParam::new()) }.unwrap();
-    assert!(r.is_some(), "a rendezvous send cannot complete at once");
-    std::mem::forget(r);
-    // Let the transport carry the request out (rc hands it to the kernel, which sends it on
-    // its own), then die without serving the rendezvous (no destructors, no progress).
-    std::thread::sleep(Duration::from_millis(300));
-    std::process::exit(0);
+/// Rendezvous this worker served so far.
+fn served(c: ProtoCounts) -> u64 {
+    c.rndv_get + c.rndv_put + c.rndv_am
 }
 
+/// Runs a peer in `mode` (`die` or `ok`) to the end, progressing `w`. A dying peer is told to
+/// die once its rendezvous request has arrived here: matched to the receive posted first (the
+/// worker counts a rendezvous it started serving), or waiting unexpected.
 fn run_peer(w: &Worker, tls: &str, mode: &str) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "dying_peer", "--nocapture", "--test-threads", "1"])
-        .env(PEER_ENV, format!("{} {mode}", hex(w.address())))
-        .env("UCX_TLS", tls)
-        .env("UCX_RNDV_THRESH", "1000")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Progress while the peer runs (it waits for our wireup reply), then reap it: a zombie
-    // still looks alive.
-    let t = Instant::now();
-    loop {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
+    cmd.args(["dying", &hex(w.address()), mode]).env("UCX_TLS", tls).env("UCX_RNDV_THRESH", "1000");
+    let mut peer = Peer::start(cmd, &format!("ucp-peer dying {mode}"));
+    let progress = || {
         w.progress();
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "peer failed: {st}");
-            return;
+    };
+    if mode == "die" {
+        let before = served(w.proto_counts());
+        assert_eq!(peer.line(TIMEOUT, progress), "rts");
+        let t = Instant::now();
+        while served(w.proto_counts()) == before && w.tag_probe(BIG, FULL_MASK, false).is_none() {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "the peer's rendezvous request never arrived");
         }
-        assert!(t.elapsed() < TIMEOUT, "peer did not exit");
+        peer.tell("die");
     }
+    // Reap it: a zombie still looks alive.
+    let st = peer.finish(TIMEOUT, progress);
+    assert!(st.success(), "peer failed: {st}");
 }
 
 /// Waits for `req`, sleeping in `wait` when `sleep`.

@@ -1,27 +1,25 @@
-//! The MPI tag-matching scenarios shared by the tag tests (`tag_semantics` over self and shared
-//! memory, `tag_ib` over InfiniBand lanes): senders in this process or in peer processes (the
-//! test binary run again, its `tag_peer` test calling [`peer_main`]), receive helpers, and the
-//! scenarios themselves. Include with `#[path = "common/tag_scenarios.rs"] mod scenarios;`.
+//! The MPI tag-matching scenarios shared by the tag tests (`ucp_tag` over self and shared
+//! memory, `ucp_tag_ib` over InfiniBand lanes): senders in this process or in peer processes
+//! (this package's `ucp-peer tag`, driven by commands), receive helpers, and the scenarios
+//! themselves. Include with `#[path = "common/tag_scenarios.rs"] mod scenarios;`.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::common::{hex, pattern, unhex};
+use tests::peer::Peer;
+use tests::tag::start_send;
+use tests::text::{hex, pattern, unhex};
 use ucp::{
-    Context, ContextParams, Endpoint, Features, RecvData, RecvInfo, RecvResult, Request, RequestParam, SendData,
-    Status, Worker, WorkerParams, FULL_MASK,
+    Context, ContextParams, Endpoint, Features, RecvData, RecvInfo, RecvResult, Request, RequestParam, Status, Worker,
+    FULL_MASK,
 };
 
 /// Busy-polling tests of this file run one at a time.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
-const PEER_ENV: &str = "UCP_TAG_PEER_ADDR";
-const DEFER_ENV: &str = "UCP_TAG_PEER_DEFER";
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const BIG: usize = 200_000;
 
@@ -34,24 +32,6 @@ pub fn context(tls: &str, cfg: &[(&str, &str)]) -> Context {
         p = p.with_config(k, v);
     }
     Context::new(&p).unwrap()
-}
-
-/// Starts sending `pattern(len, seed)`; the caller keeps the returned data until the request
-/// (if any) completed.
-fn start_send(ep: &Endpoint, tag: u64, len: usize, seed: u64, sync: bool) -> (Vec<u8>, Option<Request<'_>>) {
-    let data = pattern(len, seed);
-    // SAFETY: the Vec's heap buffer does not move when the Vec moves to the caller, who keeps
-    // it until the request completed.
-    let r = unsafe {
-        let d = SendData::Contig(std::slice::from_raw_parts(data.as_ptr(), data.len()));
-        if sync {
-            ep.tag_send_sync_nbx(d, tag, RequestParam::new())
-        } else {
-            ep.tag_send_nbx(d, tag, RequestParam::new())
-        }
-    }
-    .unwrap();
-    (data, r)
 }
 
 /// Something that sends on request: the same worker (self), or a peer process.
@@ -94,11 +74,9 @@ impl Sender for LocalSender {
     }
 }
 
-/// A sender process.
+/// A sender process (`ucp-peer tag`).
 pub struct RemoteSender {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
+    peer: Peer,
 }
 
 impl RemoteSender {
@@ -110,10 +88,9 @@ impl RemoteSender {
     /// Starts a peer that connects only on [`RemoteSender::connect`]; returns it and its
     /// worker address.
     pub fn spawn_deferred(w: &Worker, tls: &str, cfg: &[(&str, &str)]) -> (Self, Vec<u8>) {
-        let s = Self::start(w, tls, cfg, true);
-        let a = s.lines.recv_timeout(TIMEOUT).expect("the peer did not send its address");
-        let addr = unhex(a.strip_prefix("addr ").expect("an address line"));
-        (s, addr)
+        let mut s = Self::start(w, tls, cfg, true);
+        let a = s.peer.expect("addr", TIMEOUT, || {});
+        (s, unhex(&a).expect("an address in hex"))
     }
 
     /// The peer's protocol counts (`ProtoCounts` in Debug form): what its sends used.
@@ -133,48 +110,22 @@ impl RemoteSender {
     }
 
     fn start(w: &Worker, tls: &str, cfg: &[(&str, &str)], defer: bool) -> Self {
-        let hex = hex(w.address());
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "tag_peer", "--nocapture", "--test-threads", "1"])
-            .env(PEER_ENV, hex)
-            .env("UCX_TLS", tls)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
+        cmd.args(["tag", &hex(w.address())]).env("UCX_TLS", tls);
+        if defer {
+            cmd.arg("defer");
+        }
         for (k, v) in cfg {
             cmd.env(format!("UCX_{k}"), v);
         }
-        if defer {
-            cmd.env(DEFER_ENV, "1");
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                // libtest may print "test tag_peer ... " on the same line first.
-                if let Some(at) = l.find("PEER< ") {
-                    if tx.send(l[at + 6..].to_string()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        RemoteSender { child, stdin, lines }
+        RemoteSender { peer: Peer::start(cmd, &format!("ucp-peer tag over {tls}")) }
     }
 
     /// Sends a command; returns the answer, progressing `w` meanwhile.
     fn ask(&mut self, w: &Worker, line: &str) -> String {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-        let t = Instant::now();
-        loop {
+        self.peer.ask(line, TIMEOUT, || {
             w.progress();
-            if let Ok(l) = self.lines.try_recv() {
-                return l;
-            }
-            assert!(t.elapsed() < TIMEOUT, "peer did not answer '{line}'");
-        }
+        })
     }
 
     /// Makes the peer send `count` messages of `len` bytes tagged `tag`, `tag + 1`, ... back
@@ -182,8 +133,7 @@ impl RemoteSender {
     /// nothing of the burst arrives while `w` is progressed here.
     pub fn burst(&mut self, w: &Worker, tag: u64, len: usize, count: u64) {
         assert_eq!(self.ask(w, &format!("burst {tag} {len} {count}")), "ready");
-        writeln!(self.stdin, "go").unwrap();
-        self.stdin.flush().unwrap();
+        self.peer.tell("go");
     }
 
     /// The peer's endpoint lanes once wired up: `connected usage=transport ...`.
@@ -200,144 +150,6 @@ impl Sender for RemoteSender {
 
     fn pending(&mut self, w: &Worker) -> usize {
         self.ask(w, "pending").parse().unwrap()
-    }
-}
-
-impl Drop for RemoteSender {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The peer process: connects to the address in the environment, sends on command. Each
-/// including binary calls it from a test named `tag_peer`; it returns at once in a test run.
-pub fn peer_main() {
-    let Ok(peer_addr) = std::env::var(PEER_ENV) else { return };
-    let addr = unhex(&peer_addr);
-    uct_shm::register();
-    uct_ib::register();
-    let ctx = Context::new(&ContextParams::new(Features::TAG)).unwrap();
-    let w = Worker::new(&ctx, &WorkerParams::new("peer")).unwrap();
-    let (tx, rx) = channel::<String>();
-    std::thread::spawn(move || {
-        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let say = |s: &str| {
-        println!("PEER< {s}");
-        std::io::stdout().flush().unwrap();
-    };
-    if std::env::var_os(DEFER_ENV).is_some() {
-        // Simultaneous connect: hand out our address, then connect on command without
-        // progressing in between, so the receiver's wireup request is still unread.
-        say(&format!("addr {}", hex(w.address())));
-        assert_eq!(rx.recv().as_deref(), Ok("connect"));
-    }
-    let ep = w.ep_create(&addr).unwrap();
-    if std::env::var_os(DEFER_ENV).is_some() {
-        say("connecting");
-    }
-    let mut sends: Vec<(Vec<u8>, Option<Request<'_>>)> = Vec::new();
-    loop {
-        w.progress();
-        let line = match rx.try_recv() {
-            Ok(l) => l,
-            Err(std::sync::mpsc::TryRecvError::Empty) => continue,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
-        };
-        let f: Vec<&str> = line.split_whitespace().collect();
-        match f.first().copied() {
-            Some("send") => {
-                let (tag, len, seed, sync) =
-                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4] == "1");
-                sends.push(start_send(&ep, tag, len, seed, sync));
-                say("started");
-            }
-            Some("burst") => {
-                // `count` messages of `len` bytes tagged `tag`, `tag + 1`, ... (each with its
-                // tag as the pattern seed), issued back to back.
-                let (tag, len, count): (u64, usize, u64) =
-                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
-                // Nothing is sent before the receiver says "go": it stops progressing first.
-                say("ready");
-                if rx.recv().as_deref() != Ok("go") {
-                    return;
-                }
-                for i in 0..count {
-                    sends.push(start_send(&ep, tag + i, len, tag + i, false));
-                }
-            }
-            Some("counts") => say(&format!("{:?}", w.proto_counts())),
-            Some("recv") => {
-                // Receives `pattern(len, seed)` with `tag` (from the receiver's endpoint to us).
-                let (tag, len, seed): (u64, usize, u64) =
-                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
-                let mut buf = vec![0u8; len];
-                // SAFETY: `buf` outlives the request, completed (or failed) before it goes.
-                let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) };
-                let got = match r.unwrap() {
-                    RecvResult::Done(i) => Ok(i),
-                    RecvResult::Pending(r) => {
-                        let t = Instant::now();
-                        while !r.is_completed() && t.elapsed() < TIMEOUT {
-                            w.progress();
-                        }
-                        if r.is_completed() {
-                            r.recv_info().ok_or(r.status())
-                        } else {
-                            Err(Status::TimedOut)
-                        }
-                    }
-                };
-                match got {
-                    Ok(i) if i.length == len && buf == pattern(len, seed) => say("received"),
-                    Ok(i) => say(&format!("wrong data ({} B)", i.length)),
-                    Err(e) => say(&format!("failed {e}")),
-                }
-            }
-            Some("lanes") => {
-                // `usage=transport` for each lane, once wired up.
-                let t = Instant::now();
-                while !ep.query().unwrap().connected && t.elapsed() < TIMEOUT {
-                    w.progress();
-                }
-                let q = ep.query().unwrap();
-                let lanes: Vec<String> = q.lanes.iter().map(|l| format!("{}={}", l.usage, l.transport)).collect();
-                say(&format!("{} {}", if q.connected { "connected" } else { "connecting" }, lanes.join(" ")));
-            }
-            Some("pending") => {
-                sends.retain(|(_, r)| {
-                    r.as_ref().is_some_and(|r| {
-                        let s = r.status();
-                        assert!(s == Status::InProgress || s == Status::Ok, "send failed: {s}");
-                        s == Status::InProgress
-                    })
-                });
-                say(&sends.len().to_string());
-            }
-            _ => {
-                let t = Instant::now();
-                while sends.iter().any(|(_, r)| r.as_ref().is_some_and(|r| !r.is_completed())) && t.elapsed() < TIMEOUT
-                {
-                    w.progress();
-                }
-                sends.clear();
-                return;
-            }
-        }
     }
 }
 
@@ -498,8 +310,14 @@ pub fn probe_cancel_truncate(w: &'static Worker, s: &mut dyn Sender) {
 pub fn sync_and_zero(w: &'static Worker, s: &mut dyn Sender) {
     for len in [0usize, 100, 20_000, BIG] {
         s.send(w, 50, len, 30, true);
+        // The message (or its rendezvous request) arrives and waits unexpected; the send must
+        // stay incomplete until a receive matches it.
         let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(30) {
+        while w.stats().2 == 0 {
+            w.progress();
+            assert!(t.elapsed() < TIMEOUT, "the sync send of {len} B never arrived");
+        }
+        for _ in 0..100 {
             w.progress();
         }
         assert_eq!(s.pending(w), 1, "sync send of {len} B completed before a receive matched it");

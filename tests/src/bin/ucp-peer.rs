@@ -1,0 +1,199 @@
+//! A ucp peer for the tests in `tests/ucp_*.rs`: `ucp-peer MODE ADDR ...` creates a worker
+//! (transports and thresholds from the `UCX_*` environment the test sets), an endpoint to the
+//! test's worker address `ADDR` (hex), and plays `MODE`:
+//!
+//! | mode | what it does |
+//! |---|---|
+//! | `tag ADDR [defer]` | sends and receives on command (see [`tag`]); with `defer` it says `addr A` first and connects only on `connect` |
+//! | `dying ADDR die\|ok` | sends 18 bytes with tag 1; `ok`: closes and exits; `die`: starts a 256 KiB rendezvous with tag 2, says `rts`, and on `die` exits without serving it |
+//! | `wakeup ADDR ROUNDS` | says `addr A`, echoes `ROUNDS` messages (tag 1 in, tag 2 out) sleeping in `Worker::wait`, says `sleeps N` |
+//!
+//! Lines for the test start with `PEER< `; commands come on stdin.
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use tests::peer::{commands, say};
+use tests::tag::{start_send, DYING_BIG as BIG, DYING_BIG_LEN as BIG_LEN, DYING_SMALL as SMALL};
+use tests::text::{hex, pattern, unhex};
+use tests::wakeup::{recv_sleeping, send_sleeping, PING, PONG, TIMEOUT};
+use ucp::{
+    Context, ContextParams, Endpoint, Features, RecvData, RecvResult, Request, RequestParam, SendData, Status, Worker,
+    WorkerParams, FULL_MASK,
+};
+
+fn worker(features: Features, name: &str) -> Worker {
+    uct_shm::register();
+    uct_ib::register();
+    let ctx = Context::new(&ContextParams::new(features)).expect("context from the environment");
+    Worker::new(&ctx, &WorkerParams::new(name)).expect("worker")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mode, addr) = match &args[..] {
+        [mode, addr, ..] => (mode.as_str(), unhex(addr).expect("ADDR in hex")),
+        _ => panic!("usage: ucp-peer MODE ADDR ..."),
+    };
+    let rest = &args[2..];
+    match mode {
+        "tag" => tag(&addr, rest.first().map(String::as_str) == Some("defer")),
+        "dying" => dying(&addr, rest.first().map(String::as_str) == Some("die")),
+        "wakeup" => wakeup(&addr, rest.first().and_then(|r| r.parse().ok()).expect("ROUNDS")),
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+/// The tag sender. Commands, each answered with one line:
+///
+/// | command | answer |
+/// |---|---|
+/// | `send TAG LEN SEED SYNC` | starts sending `pattern(LEN, SEED)` (synchronous if SYNC is 1): `started` |
+/// | `burst TAG LEN COUNT` | `ready`; on `go`, sends COUNT messages tagged TAG, TAG+1, ... back to back |
+/// | `recv TAG LEN SEED` | receives and checks `pattern(LEN, SEED)`: `received`, `wrong data (N B)` or `failed STATUS` |
+/// | `counts` | the worker's protocol counts (Debug form) |
+/// | `lanes` | once wired up: `connected usage=transport ...` |
+/// | `pending` | how many sends are not complete |
+/// | `connect` | (deferred) creates the endpoint: `connecting` |
+///
+/// `quit` or the end of input: waits for the sends to complete, then exits.
+fn tag(addr: &[u8], defer: bool) {
+    let w = worker(Features::TAG, "peer");
+    let rx = commands();
+    if defer {
+        // Simultaneous connect: hand out our address, then connect on command without
+        // progressing in between, so the test's wireup request is still unread.
+        say(&format!("addr {}", hex(w.address())));
+        assert_eq!(rx.recv().as_deref(), Ok("connect"));
+    }
+    let ep = w.ep_create(addr).expect("endpoint to the test");
+    if defer {
+        say("connecting");
+    }
+    let mut sends: Vec<(Vec<u8>, Option<Request<'_>>)> = Vec::new();
+    while let Some(line) = next_command(&w, &rx) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 { f.get(i).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("'{line}'")) };
+        match f.first().copied() {
+            Some("send") => {
+                sends.push(start_send(&ep, num(1), num(2) as usize, num(3), num(4) == 1));
+                say("started");
+            }
+            Some("burst") => {
+                let (tag, len, count) = (num(1), num(2) as usize, num(3));
+                // Nothing is sent before the test says "go": it stops progressing first.
+                say("ready");
+                if rx.recv().as_deref() != Ok("go") {
+                    return;
+                }
+                for i in 0..count {
+                    sends.push(start_send(&ep, tag + i, len, tag + i, false));
+                }
+            }
+            Some("counts") => say(&format!("{:?}", w.proto_counts())),
+            Some("recv") => say(&recv_checked(&w, num(1), num(2) as usize, num(3))),
+            Some("lanes") => {
+                let t = Instant::now();
+                while !ep.query().unwrap().connected && t.elapsed() < TIMEOUT {
+                    w.progress();
+                }
+                let q = ep.query().unwrap();
+                let lanes: Vec<String> = q.lanes.iter().map(|l| format!("{}={}", l.usage, l.transport)).collect();
+                say(&format!("{} {}", if q.connected { "connected" } else { "connecting" }, lanes.join(" ")));
+            }
+            Some("pending") => {
+                sends.retain(|(_, r)| {
+                    r.as_ref().is_some_and(|r| {
+                        let s = r.status();
+                        assert!(s == Status::InProgress || s == Status::Ok, "send failed: {s}");
+                        s == Status::InProgress
+                    })
+                });
+                say(&sends.len().to_string());
+            }
+            _ => break,
+        }
+    }
+    let t = Instant::now();
+    while sends.iter().any(|(_, r)| r.as_ref().is_some_and(|r| !r.is_completed())) && t.elapsed() < TIMEOUT {
+        w.progress();
+    }
+}
+
+/// The next command, progressing `w` while there is none; `None` when the input closed.
+fn next_command(w: &Worker, rx: &Receiver<String>) -> Option<String> {
+    loop {
+        match rx.try_recv() {
+            Ok(l) => return Some(l),
+            Err(TryRecvError::Empty) => {
+                w.progress();
+            }
+            Err(TryRecvError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Receives `pattern(len, seed)` with `tag`; the answer line.
+fn recv_checked(w: &Worker, tag: u64, len: usize, seed: u64) -> String {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the request, completed (or timed out and then dropped, which
+    // cancels it) before `buf` goes.
+    let r = unsafe { w.tag_recv_nbx(RecvData::Contig(&mut buf), tag, FULL_MASK, RequestParam::new()) };
+    let got = match r.unwrap() {
+        RecvResult::Done(i) => Ok(i),
+        RecvResult::Pending(r) => {
+            let t = Instant::now();
+            while !r.is_completed() && t.elapsed() < TIMEOUT {
+                w.progress();
+            }
+            if r.is_completed() {
+                r.recv_info().ok_or(r.status())
+            } else {
+                Err(Status::TimedOut)
+            }
+        }
+    };
+    match got {
+        Ok(i) if i.length == len && buf == pattern(len, seed) => "received".into(),
+        Ok(i) => format!("wrong data ({} B)", i.length),
+        Err(e) => format!("failed {e}"),
+    }
+}
+
+/// The peer that dies in a rendezvous (or, `die == false`, sends its small message and closes).
+fn dying(addr: &[u8], die: bool) {
+    let w = worker(Features::TAG, "dying");
+    let ep = w.ep_create(addr).expect("endpoint to the test");
+    ep.tag_send_blocking(b"whole before dying", SMALL).unwrap();
+    if !die {
+        ep.close(ucp::CloseMode::Flush).unwrap();
+        return;
+    }
+    let rx = commands();
+    let big = vec![7u8; BIG_LEN];
+    // SAFETY: the process exits below without touching `big` again; the buffer is never freed
+    // before exit.
+    let r = unsafe { ep.tag_send_nbx(SendData::Contig(&big), BIG, RequestParam::new()) }.unwrap();
+    assert!(r.is_some(), "a rendezvous send cannot complete at once");
+    std::mem::forget(r);
+    // The request is out (shared memory: in the peer's FIFO; rc: handed to the device, which
+    // sends it on its own). No progress from here on: the rendezvous is never served. The test
+    // says `die` once the request has arrived.
+    say("rts");
+    let _ = rx.recv();
+    std::process::exit(0);
+}
+
+/// The echoing peer that sleeps in `wait` whenever it has nothing to do.
+fn wakeup(addr: &[u8], rounds: usize) {
+    let w = worker(Features::TAG | Features::WAKEUP, "wakeup-peer");
+    say(&format!("addr {}", hex(w.address())));
+    let ep: Endpoint = w.ep_create(addr).expect("endpoint to the test");
+    let mut sleeps = 0;
+    for _ in 0..rounds {
+        let m = recv_sleeping(&w, PING, &mut sleeps);
+        send_sleeping(&ep, &m, PONG, &mut sleeps);
+    }
+    say(&format!("sleeps {sleeps}"));
+    ep.close(ucp::CloseMode::Flush).unwrap();
+}
