@@ -194,7 +194,16 @@ impl Core {
             let Some(tx) = tx else { return n };
             let res = self.exec(&tx);
             let io = tx.io.clone();
-            let flow = self.with_engine(|e| e.sh.tx_done(id, tx, res));
+            // Not through `with_engine`: a closure would capture the transmission by value, a
+            // copy of its 240 bytes per message on the queued path.
+            let (flow, more) = {
+                let mut e = self.engine.borrow_mut();
+                let flow = e.sh.tx_done(id, tx, res);
+                (flow, e.has_actions())
+            };
+            if more {
+                self.drain();
+            }
             match flow {
                 Flow::Continue => n += 1,
                 Flow::Blocked(lane) => {

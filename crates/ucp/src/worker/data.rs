@@ -22,12 +22,13 @@ impl RecvData<'_> {
     ///
     /// # Safety
     /// The memory (and an iov list itself) must stay valid, and not be accessed, until the
-    /// operation completes.
+    /// operation completes. `None`: an invalid iov list (see [`UserBuf::iov`]; the caller
+    /// reports `InvalidParam`).
     #[inline(always)]
-    pub(crate) unsafe fn into_buf(self) -> UcsResult<UserBuf> {
+    pub(crate) unsafe fn into_buf(self) -> Option<UserBuf> {
         match self {
             // SAFETY: forwarded from the caller.
-            RecvData::Contig(s) => Ok(unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) }),
+            RecvData::Contig(s) => Some(unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) }),
             // SAFETY: forwarded from the caller.
             RecvData::Iov(v) => unsafe { UserBuf::iov(v) },
         }
@@ -48,16 +49,23 @@ impl SendData<'_> {
     ///
     /// # Safety
     /// The memory (and an iov list itself) must stay valid and unmodified until the operation
-    /// completes.
+    /// completes. `None`: an invalid iov list (the caller reports `InvalidParam`).
     #[inline(always)]
-    pub(crate) unsafe fn into_buf(self) -> UcsResult<UserBuf> {
+    pub(crate) unsafe fn into_buf(self) -> Option<UserBuf> {
         match self {
             // SAFETY: forwarded from the caller; a send only reads the memory.
-            SendData::Contig(s) => Ok(unsafe { UserBuf::contig(s.as_ptr() as *mut u8, s.len()) }),
+            SendData::Contig(s) => Some(unsafe { UserBuf::contig(s.as_ptr() as *mut u8, s.len()) }),
             // SAFETY: forwarded from the caller.
             SendData::Iov(v) => unsafe { UserBuf::iov(v) },
         }
     }
+}
+
+/// The error of an invalid iov list (logged by [`UserBuf::iov`]).
+#[cold]
+#[inline(never)]
+pub(crate) fn invalid_iov<T>() -> UcsResult<T> {
+    Err(Status::InvalidParam)
 }
 
 /// The parameters of a detached operation (no request handle), or the error of asking for

@@ -115,7 +115,7 @@ impl Endpoint {
     unsafe fn send_raw(&self, data: SendData<'_>, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<Option<Id>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let buf = unsafe { data.into_buf()? };
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
         e.core.tag_send(self.id, buf, tag, sync, param)
     }
 

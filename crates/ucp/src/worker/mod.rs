@@ -349,7 +349,7 @@ impl Worker {
     unsafe fn recv_raw(&self, data: RecvData<'_>, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let buf = unsafe { data.into_buf()? };
+        let Some(buf) = (unsafe { data.into_buf() }) else { return data::invalid_iov() };
         e.core.tag_recv(buf, tag, mask, param)
     }
 
@@ -469,7 +469,8 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let out = e.core.msg_recv(unsafe { data.into_buf()? }, msg.id, param)?;
+        let Some(buf) = (unsafe { data.into_buf() }) else { return data::invalid_iov() };
+        let out = e.core.msg_recv(buf, msg.id, param)?;
         Ok(self.recv_result(out))
     }
 
