@@ -20,7 +20,7 @@ use ucs::UcsResult;
 use uct::ProgressFlags;
 
 use crate::context::Context;
-use crate::engine::{Action, Engine, EpState, Flow, Lane, Local};
+use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, TxResult};
 use crate::wireup::address::WorkerAddress;
 use crate::wireup::conn::AcceptReq;
 use mem::MemMap;
@@ -190,6 +190,15 @@ impl Core {
     pub fn flush(&self, id: Id) -> usize {
         let mut n = 0;
         loop {
+            if let Some(flow) = self.replay_eager(id) {
+                match flow {
+                    Flow::Continue => {
+                        n += 1;
+                        continue;
+                    }
+                    Flow::Blocked(_) => return n,
+                }
+            }
             let tx = self.engine.borrow_mut().sh.next_tx(id);
             let Some(tx) = tx else { return n };
             let res = self.exec(&tx);
@@ -212,6 +221,27 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Sends the whole eager message at the front of endpoint `id`'s queue straight to the AM
+    /// lane, as the direct path does ([`Shared::front_eager`](crate::engine::Shared::front_eager));
+    /// `None` when the front is anything else. Parks the endpoint when the lane refuses.
+    #[inline]
+    fn replay_eager(&self, id: Id) -> Option<Flow> {
+        let f = self.engine.borrow_mut().sh.front_eager(id)?;
+        let status = TxResult::from_uct(send::direct(&f.io, f.proto, &f.buf, f.tag)).status;
+        let (flow, more) = {
+            let mut e = self.engine.borrow_mut();
+            let flow = e.sh.eager_replayed(id, f.rid, f.proto, status);
+            (flow, e.has_actions())
+        };
+        if more {
+            self.drain();
+        }
+        if let Flow::Blocked(lane) = flow {
+            self.park(id, &f.io, lane);
+        }
+        Some(flow)
     }
 
     /// Parks endpoint `id` on `lane` after a refusal: its wake goes into the lane's pending

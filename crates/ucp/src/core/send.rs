@@ -33,7 +33,7 @@ fn tag_kind(sync: bool) -> OpKind {
 
 /// Sends a whole eager message straight to the AM lane (`proto` is eager short or bcopy).
 #[inline(always)]
-fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs::OpResult {
+pub(super) fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs::OpResult {
     if proto == Proto::EagerShort {
         return io.am().am_short(wire::AM_EAGER_ONLY, tag, buf.contig_bytes().unwrap_or(&[]));
     }

@@ -6,9 +6,25 @@
 use ucs::idtable::Id;
 use ucs::Status;
 
-use super::{eager, rndv};
+use super::{eager, rndv, Proto};
+use crate::dt::UserBuf;
 use crate::engine::ep::{EpStatus, Park};
 use crate::engine::{Action, Flow, Lane, Next, Pending, Shared, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::request::{ReqKind, ReqState, SendPhase};
+use crate::tag::Tag;
+
+/// A whole eager message at the front of an endpoint's queue, for the driver to send straight
+/// to the AM lane ([`Shared::front_eager`]).
+pub(crate) struct FrontEager<L> {
+    /// The endpoint's lanes.
+    pub io: L,
+    /// The send's request.
+    pub rid: Id,
+    /// Eager short or bcopy.
+    pub proto: Proto,
+    pub buf: UserBuf,
+    pub tag: Tag,
+}
 
 impl<L: Clone> Shared<L> {
     /// The next transmission of endpoint `id`, or `None` when it has nothing to send now (or
@@ -68,6 +84,57 @@ impl<L: Clone> Shared<L> {
                 }
             }
         }
+    }
+
+    /// The common case of a replay, without a [`Tx`]: a send at the front of endpoint `id`'s
+    /// queue that goes whole in one eager short or bcopy message (not synchronous), the
+    /// endpoint connected with nothing else to send first. The driver sends it as the direct
+    /// path does and reports with [`Shared::eager_replayed`]; the endpoint is busy until then.
+    /// `None`: anything else ([`Shared::next_tx`] has it).
+    #[inline]
+    pub fn front_eager(&mut self, id: Id) -> Option<FrontEager<L>> {
+        let Shared { eps, reqs, .. } = self;
+        let ep = eps.get_mut(id)?;
+        if ep.busy || ep.status != EpStatus::Connected || ep.park == Park::Parked || !ep.wireup_q.is_empty() {
+            return None;
+        }
+        let &Pending::Send(rid) = ep.queue.front()? else { return None };
+        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.tab.get(rid) else {
+            return None;
+        };
+        if s.phase != SendPhase::Queued || s.sync || !matches!(s.proto, Proto::EagerShort | Proto::EagerBcopy) {
+            return None;
+        }
+        ep.kicked = false;
+        ep.busy = true;
+        Some(FrontEager { io: ep.io.clone(), rid, proto: s.proto, buf: s.buf, tag: s.tag })
+    }
+
+    /// The driver sent (or the lane refused) the message [`Shared::front_eager`] gave it.
+    #[inline]
+    pub fn eager_replayed(&mut self, id: Id, rid: Id, proto: Proto, status: TxStatus) -> Flow {
+        let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
+        ep.busy = false;
+        if status == TxStatus::NoResource {
+            return self.blocked(id, Lane::Am);
+        }
+        // The queue changed during the call (the endpoint failed): the send was settled then.
+        if !matches!(ep.queue.front(), Some(&Pending::Send(r)) if r == rid) {
+            return Flow::Continue;
+        }
+        ep.queue.pop_front();
+        match status {
+            TxStatus::Failed(e) => self.finish(rid, e),
+            _ => {
+                if proto == Proto::EagerShort {
+                    self.counts.eager_short += 1;
+                } else {
+                    self.counts.eager_bcopy += 1;
+                }
+                self.finish(rid, Status::Ok);
+            }
+        }
+        Flow::Continue
     }
 
     /// The driver made transmission `tx` of endpoint `id` (or the lane refused it).

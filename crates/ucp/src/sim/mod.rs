@@ -27,7 +27,7 @@ use ucs::Status;
 use uct::AmRecv;
 
 use crate::dt::{Seg, UserBuf};
-use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, Mem, Tx, TxOp, TxResult, TxStatus, ZcDone};
+use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, Mem, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 use crate::proto::EpConfig;
 use crate::request::{RecvInfo, RequestParam};
 use crate::wire::{self, Header};
@@ -74,6 +74,8 @@ pub(crate) struct SimConfig {
 pub(crate) struct SimStats {
     pub delivered: u64,
     pub refused: u64,
+    /// Whole eager messages replayed from a queue without a `Tx` from the engine.
+    pub replayed: u64,
     pub lost: u64,
     pub copies: u64,
 }
@@ -352,6 +354,25 @@ impl Sim {
     /// Makes node `n`'s endpoint `id`'s transmissions (the driver's `flush`).
     fn flush(&mut self, n: usize, id: Id) {
         loop {
+            // The driver's replay of a whole eager message, through the same engine calls.
+            if let Some(f) = self.nodes[n].engine.sh.front_eager(id) {
+                let op = if f.proto == crate::proto::Proto::EagerShort {
+                    TxOp::Short { tag: f.tag, data: f.buf }
+                } else {
+                    let hdr = wire::DataHdr::Eager(wire::EagerHdr { tag: f.tag });
+                    TxOp::Bcopy { hdr, data: f.buf, offset: 0, len: f.buf.len() }
+                };
+                let tx = Tx { io: f.io, lane: Lane::Am, op, of: TxOf::Req { rid: f.rid, offset: 0, len: f.buf.len() } };
+                let res = self.exec(n, &tx);
+                self.stats.replayed += 1;
+                let flow = self.nodes[n].engine.sh.eager_replayed(id, f.rid, f.proto, res.status);
+                self.drain(n);
+                if let Flow::Blocked(lane) = flow {
+                    self.park(n, id, f.io, lane);
+                    return;
+                }
+                continue;
+            }
             let Some(tx) = self.nodes[n].engine.sh.next_tx(id) else { return };
             let io = tx.io;
             let res = self.exec(n, &tx);

@@ -176,6 +176,7 @@ fn a_full_lane_parks_and_replays_in_order() {
     let msgs: Vec<(usize, bool)> = (0..30).map(|i| (SIZES[i % SIZES.len()], i % 4 == 1)).collect();
     let sim = exchange(c, 3, &msgs, true);
     assert!(sim.stats.refused > 0);
+    assert!(sim.stats.replayed > 0, "the queued eager messages replay without a Tx");
     assert!(sim.nodes[0].engine.sh.counts.parked > 0);
 }
 
