@@ -10,7 +10,7 @@ use super::lanes::EpLanes;
 use super::Core;
 use crate::dt::UserBuf;
 use crate::engine::{Mem, Tx, TxOp, TxResult, TxStatus, ZcDone};
-use crate::wire::{self, len, Header};
+use crate::wire::{self, len, Ctrl, Header};
 
 /// Free completions the worker keeps for reuse at most.
 const ZC_COMPS_KEPT: usize = 256;
@@ -50,6 +50,13 @@ fn packing_failed(id: u8) -> usize {
     0
 }
 
+/// Sends control message `c` with `am_bcopy` on `ep`.
+#[inline]
+pub(super) fn send_ctrl(ep: &dyn uct::Ep, c: &Ctrl) -> ucs::OpResult {
+    ep.am_bcopy(c.am_id(), &mut |dst| pack_header(dst, &|b| c.encode(b), c.am_id()), uct::SendFlags::empty())
+        .map(|o| o.map(|_| ()))
+}
+
 /// Writes a header into a transport buffer; its length (0, logged, when it does not fit).
 fn pack_header(dst: &mut [u8], h: &dyn Fn(&mut [u8]) -> Result<usize, wire::WireError>, id: u8) -> usize {
     h(dst).unwrap_or_else(|e| {
@@ -72,11 +79,7 @@ impl Core {
                 &mut |dst| pack_data(dst, hdr, data, *offset, *len),
                 uct::SendFlags::empty(),
             )),
-            TxOp::Ctrl(c) => TxResult::from_uct(ep.am_bcopy(
-                c.am_id(),
-                &mut |dst| pack_header(dst, &|b| c.encode(b), c.am_id()),
-                uct::SendFlags::empty(),
-            )),
+            TxOp::Ctrl(c) => TxResult::from_uct(send_ctrl(ep, c)),
             TxOp::Rts { hdr, offer, mem } => {
                 let mut hdr = *hdr;
                 let memh = mem.as_ref().and_then(|m| self.expose(lanes, m, offer.key.then_some(&mut hdr.rkey)));

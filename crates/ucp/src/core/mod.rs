@@ -21,6 +21,7 @@ use uct::ProgressFlags;
 
 use crate::context::Context;
 use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, TxResult};
+use crate::proto::pending::Front;
 use crate::wireup::address::WorkerAddress;
 use crate::wireup::conn::AcceptReq;
 use mem::MemMap;
@@ -152,6 +153,18 @@ impl Core {
             Action::Transmit(id) => {
                 self.flush(id);
             }
+            Action::Ctrl { ep, io, ctrl } => {
+                if self.engine.borrow_mut().sh.ctrl_dropped_if_gone(ep) {
+                    return;
+                }
+                let (flow, more, io) = self.send_ctrl(ep, io, ctrl);
+                if more {
+                    self.drain();
+                }
+                if let Flow::Blocked(lane) = flow {
+                    self.park(ep, &io, lane);
+                }
+            }
             Action::Accept(req) => self.accept(*req),
             Action::ConnectP2p { ep, addrs } => {
                 let found = {
@@ -190,7 +203,7 @@ impl Core {
     pub fn flush(&self, id: Id) -> usize {
         let mut n = 0;
         loop {
-            if let Some(flow) = self.replay_eager(id) {
+            if let Some(flow) = self.replay_front(id) {
                 match flow {
                     Flow::Continue => {
                         n += 1;
@@ -223,25 +236,42 @@ impl Core {
         }
     }
 
-    /// Sends the whole eager message at the front of endpoint `id`'s queue straight to the AM
-    /// lane, as the direct path does ([`Shared::front_eager`](crate::engine::Shared::front_eager));
-    /// `None` when the front is anything else. Parks the endpoint when the lane refuses.
+    /// Sends what is at the front of endpoint `id`'s queue straight to the AM lane when it is
+    /// a whole eager message or a control message
+    /// ([`Shared::front`](crate::engine::Shared::front)); `None` when it is anything else.
     #[inline]
-    fn replay_eager(&self, id: Id) -> Option<Flow> {
-        let f = self.engine.borrow_mut().sh.front_eager(id)?;
-        let status = TxResult::from_uct(send::direct(&f.io, f.proto, &f.buf, f.tag)).status;
-        let (flow, more) = {
-            let mut e = self.engine.borrow_mut();
-            let flow = e.sh.eager_replayed(id, f.rid, f.proto, status);
-            (flow, e.has_actions())
+    fn replay_front(&self, id: Id) -> Option<Flow> {
+        let f = self.engine.borrow_mut().sh.front(id)?;
+        Some(self.send_front(id, f))
+    }
+
+    /// Sends `f` (the front of endpoint `id`'s queue, which is busy until reported) straight
+    /// to the AM lane, as the direct path does; parks the endpoint when the lane refuses.
+    pub(crate) fn send_front(&self, id: Id, f: Front<Rc<EpLanes>>) -> Flow {
+        let (flow, more, io) = match f {
+            Front::Eager { io, rid, proto, buf, hdr } => {
+                let status = TxResult::from_uct(send::whole(&io, proto, &buf, &hdr)).status;
+                let mut e = self.engine.borrow_mut();
+                let flow = e.sh.eager_replayed(id, rid, proto, status);
+                (flow, e.has_actions(), io)
+            }
+            Front::Ctrl { io, ctrl } => self.send_ctrl(id, io, ctrl),
         };
         if more {
             self.drain();
         }
         if let Flow::Blocked(lane) = flow {
-            self.park(id, &f.io, lane);
+            self.park(id, &io, lane);
         }
-        Some(flow)
+        flow
+    }
+
+    /// Sends control message `ctrl` on endpoint `id` (busy until reported) and reports it.
+    fn send_ctrl(&self, id: Id, io: Rc<EpLanes>, ctrl: crate::wire::Ctrl) -> (Flow, bool, Rc<EpLanes>) {
+        let status = TxResult::from_uct(exec::send_ctrl(io.am(), &ctrl)).status;
+        let mut e = self.engine.borrow_mut();
+        let flow = e.sh.ctrl_replayed(id, ctrl, status);
+        (flow, e.has_actions(), io)
     }
 
     /// Parks endpoint `id` on `lane` after a refusal: its wake goes into the lane's pending

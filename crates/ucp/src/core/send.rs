@@ -16,8 +16,8 @@ use crate::proto::{select, Op, OpKind, Proto};
 use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam};
 use crate::tag::recv::RecvOut;
 use crate::tag::Tag;
-use crate::wire::DataHdr;
 use crate::wire::{self, WireupMsg};
+use crate::wire::{DataHdr, Header};
 use crate::wireup::address::WorkerAddress;
 use crate::wireup::conn::Connect;
 
@@ -33,7 +33,7 @@ fn tag_kind(sync: bool) -> OpKind {
 
 /// Sends a whole eager message straight to the AM lane (`proto` is eager short or bcopy).
 #[inline(always)]
-pub(super) fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs::OpResult {
+fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs::OpResult {
     if proto == Proto::EagerShort {
         return io.am().am_short(wire::AM_EAGER_ONLY, tag, buf.contig_bytes().unwrap_or(&[]));
     }
@@ -42,6 +42,19 @@ pub(super) fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs
     io.am()
         .am_bcopy(wire::AM_EAGER_ONLY, &mut |dst| pack_data(dst, &hdr, buf, 0, len), uct::SendFlags::empty())
         .map(|o| o.map(|_| ()))
+}
+
+/// Sends a whole eager message with header `hdr` (plain or synchronous) to the AM lane:
+/// `am_short` with the tag as its header for eager short, else one `am_bcopy`.
+#[inline]
+pub(super) fn whole(io: &EpLanes, proto: Proto, buf: &UserBuf, hdr: &DataHdr) -> ucs::OpResult {
+    match (proto, hdr) {
+        (Proto::EagerShort, DataHdr::Eager(h)) => direct(io, proto, buf, h.tag),
+        _ => io
+            .am()
+            .am_bcopy(hdr.am_id(), &mut |dst| pack_data(dst, hdr, buf, 0, buf.len()), uct::SendFlags::empty())
+            .map(|o| o.map(|_| ())),
+    }
 }
 
 #[cold]
@@ -171,14 +184,36 @@ impl Core {
                 }
             }
         }
-        let rid = self.with_engine(|e| crate::tag::send::send_req(&mut e.sh, ep_id, buf, tag, sync, param, proto))?;
+        let (rid, front, more) = {
+            let mut guard = self.engine.borrow_mut();
+            let e = &mut *guard;
+            let (rid, front) = crate::tag::send::send_req(&mut e.sh, ep_id, buf, tag, sync, param, proto)?;
+            (rid, front, e.sh.has_actions())
+        };
+        if let Some(f) = front {
+            self.send_front(ep_id, f);
+        }
+        if more {
+            self.drain();
+        }
         Ok(Some(rid))
     }
 
     /// Posts a tagged receive.
     #[inline(always)]
     pub fn tag_recv(&self, buf: UserBuf, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
-        self.with_engine(|e| e.tag.tag_recv(&mut e.sh, buf, tag, mask, param))
+        // An explicit borrow rather than `with_engine`: the closure's captures (buffer and
+        // parameters) were moved through memory on every receive.
+        let (r, more) = {
+            let mut guard = self.engine.borrow_mut();
+            let e = &mut *guard;
+            let r = e.tag.tag_recv(&mut e.sh, buf, tag, mask, param);
+            (r, e.sh.has_actions())
+        };
+        if more {
+            self.drain();
+        }
+        r
     }
 
     /// Looks at the unexpected queue (`ucp_tag_probe_nb`).

@@ -175,9 +175,18 @@ impl<L: Clone> Shared<L> {
         self.kick(id);
     }
 
-    /// Sends a control message on endpoint `id` (after what it queued).
+    /// Sends a control message on endpoint `id` (after what it queued): at once when the
+    /// endpoint has nothing queued ([`Action::Ctrl`]; busy until the driver reports), else
+    /// through its queue.
     pub fn send_ctrl(&mut self, id: Id, c: Ctrl) {
-        self.enqueue(id, Pending::Ctrl(c));
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if ep.ready() && ep.wireup_q.is_empty() {
+            ep.busy = true;
+            let io = ep.io.clone();
+            self.push(Action::Ctrl { ep: id, io, ctrl: c });
+        } else {
+            self.enqueue(id, Pending::Ctrl(c));
+        }
     }
 
     /// Asks the driver to transmit on `id` if it can now and was not asked already.

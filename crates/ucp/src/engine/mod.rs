@@ -28,6 +28,7 @@ use ucs::{Status, UcsResult};
 use crate::request::complete::{CompletedFull, Done};
 use crate::request::{ReqExt, Reqs, ZcPool, ZC_POOL_CHUNK};
 use crate::tag::TagState;
+use crate::wire::Ctrl;
 use crate::wireup::conn::{AcceptReq, ConnMatch};
 
 pub(crate) mod am;
@@ -78,6 +79,9 @@ pub(crate) enum Action<L> {
     Full(CompletedFull),
     /// The endpoint has transmissions to make: pull them with [`Shared::next_tx`].
     Transmit(Id),
+    /// Send control message `ctrl` on endpoint `ep`'s AM lane now (it had nothing queued; it
+    /// is busy until the driver reports with [`Shared::ctrl_replayed`]).
+    Ctrl { ep: Id, io: L, ctrl: Ctrl },
     /// A peer's wireup request names no endpoint here: build one ([`ConnMatch::accept`]).
     Accept(Box<AcceptReq>),
     /// Connect the endpoint-to-endpoint lanes of `ep` to the peer's encoded endpoint
@@ -99,6 +103,7 @@ impl<L> std::fmt::Debug for Action<L> {
             Action::Done(d) => write!(f, "{d:?}"),
             Action::Full(c) => write!(f, "{c:?}"),
             Action::Transmit(id) => write!(f, "Transmit({id:?})"),
+            Action::Ctrl { ep, ctrl, .. } => write!(f, "Ctrl({ep:?}, {})", ctrl.name()),
             Action::Accept(a) => write!(f, "Accept({})", a.remote.name),
             Action::ConnectP2p { ep, .. } => write!(f, "ConnectP2p({ep:?})"),
             Action::Release { parked, .. } => write!(f, "Release(parked: {parked})"),

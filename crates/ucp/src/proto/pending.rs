@@ -11,19 +11,30 @@ use crate::dt::UserBuf;
 use crate::engine::ep::{EpStatus, Park};
 use crate::engine::{Action, Flow, Lane, Next, Pending, Shared, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 use crate::request::{ReqKind, ReqState, SendPhase};
-use crate::tag::Tag;
+use crate::wire::{Ctrl, DataHdr};
 
-/// A whole eager message at the front of an endpoint's queue, for the driver to send straight
-/// to the AM lane ([`Shared::front_eager`]).
-pub(crate) struct FrontEager<L> {
-    /// The endpoint's lanes.
-    pub io: L,
-    /// The send's request.
-    pub rid: Id,
-    /// Eager short or bcopy.
-    pub proto: Proto,
-    pub buf: UserBuf,
-    pub tag: Tag,
+/// What the driver sends straight from the front of an endpoint's queue, without a [`Tx`]
+/// ([`Shared::front`]): the common replays, as cheap as the direct path.
+pub(crate) enum Front<L> {
+    /// A whole eager message: short (`am_short` with the tag as header) or one bcopy fragment
+    /// with header `hdr` (plain or synchronous).
+    Eager {
+        /// The endpoint's lanes.
+        io: L,
+        /// The send's request.
+        rid: Id,
+        /// Eager short or bcopy.
+        proto: Proto,
+        buf: UserBuf,
+        hdr: DataHdr,
+    },
+    /// A control message (sync ack, ATS, ATP), taken off the queue; it goes back to the front
+    /// if the lane refuses it ([`Shared::ctrl_replayed`]).
+    Ctrl {
+        /// The endpoint's lanes.
+        io: L,
+        ctrl: Ctrl,
+    },
 }
 
 impl<L: Clone> Shared<L> {
@@ -86,31 +97,43 @@ impl<L: Clone> Shared<L> {
         }
     }
 
-    /// The common case of a replay, without a [`Tx`]: a send at the front of endpoint `id`'s
-    /// queue that goes whole in one eager short or bcopy message (not synchronous), the
+    /// The common cases of a replay, without a [`Tx`]: at the front of endpoint `id`'s queue
+    /// a send that goes whole in one eager short or bcopy message, or a control message; the
     /// endpoint connected with nothing else to send first. The driver sends it as the direct
-    /// path does and reports with [`Shared::eager_replayed`]; the endpoint is busy until then.
-    /// `None`: anything else ([`Shared::next_tx`] has it).
+    /// path does and reports with [`Shared::eager_replayed`] or [`Shared::ctrl_replayed`]; the
+    /// endpoint is busy until then. `None`: anything else ([`Shared::next_tx`] has it).
     #[inline]
-    pub fn front_eager(&mut self, id: Id) -> Option<FrontEager<L>> {
+    pub fn front(&mut self, id: Id) -> Option<Front<L>> {
         let Shared { eps, reqs, .. } = self;
         let ep = eps.get_mut(id)?;
         if ep.busy || ep.status != EpStatus::Connected || ep.park == Park::Parked || !ep.wireup_q.is_empty() {
             return None;
         }
-        let &Pending::Send(rid) = ep.queue.front()? else { return None };
-        let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.tab.get(rid) else {
-            return None;
+        let front = match ep.queue.front()? {
+            Pending::Ctrl(_) => {
+                let Some(Pending::Ctrl(ctrl)) = ep.queue.pop_front() else { return None };
+                Front::Ctrl { io: ep.io.clone(), ctrl }
+            }
+            &Pending::Send(rid) => {
+                let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.tab.get(rid)
+                else {
+                    return None;
+                };
+                if s.phase != SendPhase::Queued || !matches!(s.proto, Proto::EagerShort | Proto::EagerBcopy) {
+                    return None;
+                }
+                let hdr = eager::whole_hdr(s.tag, s.sync, ep.remote_id, rid.raw());
+                Front::Eager { io: ep.io.clone(), rid, proto: s.proto, buf: s.buf, hdr }
+            }
+            _ => return None,
         };
-        if s.phase != SendPhase::Queued || s.sync || !matches!(s.proto, Proto::EagerShort | Proto::EagerBcopy) {
-            return None;
-        }
         ep.kicked = false;
         ep.busy = true;
-        Some(FrontEager { io: ep.io.clone(), rid, proto: s.proto, buf: s.buf, tag: s.tag })
+        Some(front)
     }
 
-    /// The driver sent (or the lane refused) the message [`Shared::front_eager`] gave it.
+    /// The driver sent (or the lane refused) the eager message [`Shared::front`] (or
+    /// [`send_req`](crate::tag::send::send_req)) gave it; operations queued meanwhile are kicked.
     #[inline]
     pub fn eager_replayed(&mut self, id: Id, rid: Id, proto: Proto, status: TxStatus) -> Flow {
         let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
@@ -126,15 +149,57 @@ impl<L: Clone> Shared<L> {
         match status {
             TxStatus::Failed(e) => self.finish(rid, e),
             _ => {
-                if proto == Proto::EagerShort {
-                    self.counts.eager_short += 1;
-                } else {
-                    self.counts.eager_bcopy += 1;
-                }
-                self.finish(rid, Status::Ok);
+                let sync = matches!(self.reqs.tab.get(rid), Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync);
+                let c = &mut self.counts;
+                *match (sync, proto) {
+                    (true, _) => &mut c.eager_sync,
+                    (false, Proto::EagerShort) => &mut c.eager_short,
+                    (false, _) => &mut c.eager_bcopy,
+                } += 1;
+                eager::sent_all(self, rid);
             }
         }
+        // What was queued meanwhile (over a loop-back lane, the answer to this very message).
+        self.kick(id);
         Flow::Continue
+    }
+
+    /// The driver sent (or the lane refused) the control message [`Shared::front`] or
+    /// [`Action::Ctrl`] gave it; a refused one comes back to go first again. Operations queued
+    /// meanwhile are kicked.
+    #[inline]
+    pub fn ctrl_replayed(&mut self, id: Id, ctrl: Ctrl, status: TxStatus) -> Flow {
+        let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
+        ep.busy = false;
+        let flow = match status {
+            TxStatus::NoResource => {
+                if ep.error().is_none() {
+                    ep.queue.push_front(Pending::Ctrl(ctrl));
+                }
+                return self.blocked(id, Lane::Am);
+            }
+            TxStatus::Failed(e) => {
+                tracing::warn!("ucp: sending {} to '{}' failed: {e}", ctrl.name(), ep.remote.name);
+                Flow::Continue
+            }
+            TxStatus::Done | TxStatus::Started => Flow::Continue,
+        };
+        self.kick(id);
+        flow
+    }
+
+    /// An [`Action::Ctrl`] for endpoint `id`, which failed or closed (or went) since: the
+    /// message is dropped and the endpoint no longer busy. False: it is to be sent.
+    #[inline]
+    pub fn ctrl_dropped_if_gone(&mut self, id: Id) -> bool {
+        match self.eps.get_mut(id) {
+            None => true,
+            Some(ep) if ep.error().is_some() => {
+                ep.busy = false;
+                true
+            }
+            Some(_) => false,
+        }
     }
 
     /// The driver made transmission `tx` of endpoint `id` (or the lane refused it).

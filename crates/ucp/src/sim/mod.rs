@@ -28,6 +28,7 @@ use uct::AmRecv;
 
 use crate::dt::{Seg, UserBuf};
 use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, Mem, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::proto::pending::Front;
 use crate::proto::EpConfig;
 use crate::request::{RecvInfo, RequestParam};
 use crate::wire::{self, Header};
@@ -74,8 +75,12 @@ pub(crate) struct SimConfig {
 pub(crate) struct SimStats {
     pub delivered: u64,
     pub refused: u64,
-    /// Whole eager messages replayed from a queue without a `Tx` from the engine.
+    /// Whole eager and control messages replayed from a queue without a `Tx` from the engine.
     pub replayed: u64,
+    /// Control messages sent at once ([`Action::Ctrl`]).
+    pub direct_ctrl: u64,
+    /// Sends with a request that went out at once ([`crate::tag::send::send_req`]).
+    pub sent_at_once: u64,
     pub lost: u64,
     pub copies: u64,
 }
@@ -270,7 +275,11 @@ impl Sim {
         let cfg = e.sh.eps.get(ep).map(|s| s.cfg).ok_or(Status::InvalidParam)?;
         let kind = if sync { crate::proto::OpKind::TagSendSync } else { crate::proto::OpKind::TagSend };
         let proto = crate::proto::select(&cfg, crate::proto::Op { kind, len: data.len(), contig: true });
-        crate::tag::send::send_req(&mut e.sh, ep, buf, tag, sync, param(user), proto)?;
+        let (_, front) = crate::tag::send::send_req(&mut e.sh, ep, buf, tag, sync, param(user), proto)?;
+        if let Some(f) = front {
+            self.stats.sent_at_once += 1;
+            self.send_front(n, ep, f);
+        }
         self.drain(n);
         Ok(())
     }
@@ -298,6 +307,12 @@ impl Sim {
                 Action::Done(d) => d.run(),
                 Action::Full(c) => c.run(),
                 Action::Transmit(id) => self.flush(n, id),
+                Action::Ctrl { ep, io, ctrl } => {
+                    if !self.nodes[n].engine.sh.ctrl_dropped_if_gone(ep) {
+                        self.stats.direct_ctrl += 1;
+                        self.send_front(n, ep, Front::Ctrl { io, ctrl });
+                    }
+                }
                 Action::Accept(req) => {
                     let e = &mut self.nodes[n].engine;
                     let id = e.sh.eps.next_id();
@@ -354,21 +369,10 @@ impl Sim {
     /// Makes node `n`'s endpoint `id`'s transmissions (the driver's `flush`).
     fn flush(&mut self, n: usize, id: Id) {
         loop {
-            // The driver's replay of a whole eager message, through the same engine calls.
-            if let Some(f) = self.nodes[n].engine.sh.front_eager(id) {
-                let op = if f.proto == crate::proto::Proto::EagerShort {
-                    TxOp::Short { tag: f.tag, data: f.buf }
-                } else {
-                    let hdr = wire::DataHdr::Eager(wire::EagerHdr { tag: f.tag });
-                    TxOp::Bcopy { hdr, data: f.buf, offset: 0, len: f.buf.len() }
-                };
-                let tx = Tx { io: f.io, lane: Lane::Am, op, of: TxOf::Req { rid: f.rid, offset: 0, len: f.buf.len() } };
-                let res = self.exec(n, &tx);
+            // The driver's replays from the front of the queue, through the same engine calls.
+            if let Some(f) = self.nodes[n].engine.sh.front(id) {
                 self.stats.replayed += 1;
-                let flow = self.nodes[n].engine.sh.eager_replayed(id, f.rid, f.proto, res.status);
-                self.drain(n);
-                if let Flow::Blocked(lane) = flow {
-                    self.park(n, id, f.io, lane);
+                if let Flow::Blocked(_) = self.send_front(n, id, f) {
                     return;
                 }
                 continue;
@@ -383,6 +387,33 @@ impl Sim {
                 return;
             }
         }
+    }
+
+    /// Sends what [`Shared::front`](crate::engine::Shared::front) (or a send at once) gave,
+    /// as the driver's `send_front` does; parks the endpoint when the channel refuses.
+    fn send_front(&mut self, n: usize, id: Id, f: Front<SimIo>) -> Flow {
+        let (io, flow) = match f {
+            Front::Eager { io, rid, proto, buf, hdr } => {
+                let op = match (proto, hdr) {
+                    (crate::proto::Proto::EagerShort, wire::DataHdr::Eager(h)) => TxOp::Short { tag: h.tag, data: buf },
+                    _ => TxOp::Bcopy { hdr, data: buf, offset: 0, len: buf.len() },
+                };
+                let tx = Tx { io, lane: Lane::Am, op, of: TxOf::Req { rid, offset: 0, len: buf.len() } };
+                let res = self.exec(n, &tx);
+                (io, self.nodes[n].engine.sh.eager_replayed(id, rid, proto, res.status))
+            }
+            Front::Ctrl { io, ctrl } => {
+                let tx = Tx { io, lane: Lane::Am, op: TxOp::Ctrl(ctrl), of: TxOf::Ctrl };
+                let res = self.exec(n, &tx);
+                let TxOp::Ctrl(ctrl) = tx.op else { unreachable!("built above") };
+                (io, self.nodes[n].engine.sh.ctrl_replayed(id, ctrl, res.status))
+            }
+        };
+        self.drain(n);
+        if let Flow::Blocked(lane) = flow {
+            self.park(n, id, io, lane);
+        }
+        flow
     }
 
     fn park(&mut self, n: usize, id: Id, io: SimIo, lane: Lane) {

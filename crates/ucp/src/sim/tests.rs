@@ -127,6 +127,10 @@ fn every_size_expected_and_unexpected() {
                 let c = sim.nodes[0].engine.sh.counts;
                 assert!(c.eager_bcopy + c.eager_sync > 0 && c.eager_multi > 0 && c.eager_zcopy > 0, "{c:?}");
                 assert!(sync || c.eager_short > 0, "{c:?}");
+                if sync {
+                    // The receiver's acks go out at once.
+                    assert!(sim.stats.direct_ctrl > 0, "{:?}", sim.stats);
+                }
             }
         }
     }
@@ -210,6 +214,8 @@ fn an_endpoint_to_self() {
         assert!(sim.run_until(|_| Sim::completed(i).is_some() && Sim::completed(100 + i).is_some()));
         assert!(back == data, "{len} bytes");
     }
+    // The sync sends of whole eager messages went out at once, their acks arriving inside.
+    assert!(sim.stats.sent_at_once > 0, "{:?}", sim.stats);
     assert_idle(&sim);
 }
 

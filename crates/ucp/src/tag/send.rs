@@ -7,13 +7,19 @@ use ucs::{Status, UcsResult};
 
 use crate::dt::UserBuf;
 use crate::engine::{Pending, Shared};
+use crate::proto::eager::whole_hdr;
+use crate::proto::pending::Front;
 use crate::proto::Proto;
 use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam, SendPhase, SendReq};
 use crate::tag::matcher::Tag;
 
-/// Queues a tagged send of `buf` on endpoint `ep` with the protocol `proto` that
-/// [`select`](crate::proto::select::select) chose; the request's id. `FORCE_IMM_CMPL` refuses it
-/// (`NoResource`), since it cannot complete at once.
+/// A tagged send of `buf` on endpoint `ep` with the protocol `proto` that
+/// [`select`](crate::proto::select::select) chose, with a request (its id is returned).
+/// `FORCE_IMM_CMPL` refuses it (`NoResource`), since it cannot complete at once. On a ready
+/// endpoint a whole eager message (synchronous, or one that must not complete at once) is
+/// queued at the front with the endpoint busy, and the driver gets it to send straight away
+/// ([`Front::Eager`], reported with [`Shared::eager_replayed`]); anything else is queued and
+/// the endpoint kicked.
 pub(crate) fn send_req<L: Clone>(
     sh: &mut Shared<L>,
     ep: Id,
@@ -22,10 +28,21 @@ pub(crate) fn send_req<L: Clone>(
     sync: bool,
     param: RequestParam,
     proto: Proto,
-) -> UcsResult<Id> {
+) -> UcsResult<(Id, Option<Front<L>>)> {
     let rid = new_send_req(sh, ep, buf, tag, sync, param, proto)?;
-    sh.enqueue(ep, Pending::Send(rid));
-    Ok(rid)
+    let whole = matches!(proto, Proto::EagerShort | Proto::EagerBcopy);
+    match sh.eps.get_mut(ep) {
+        Some(e) if whole && e.ready() && e.wireup_q.is_empty() => {
+            e.queue.push_back(Pending::Send(rid));
+            e.busy = true;
+            let hdr = whole_hdr(tag, sync, e.remote_id, rid.raw());
+            Ok((rid, Some(Front::Eager { io: e.io.clone(), rid, proto, buf, hdr })))
+        }
+        _ => {
+            sh.enqueue(ep, Pending::Send(rid));
+            Ok((rid, None))
+        }
+    }
 }
 
 /// A direct send the AM lane refused: queued as a request without another attempt now
