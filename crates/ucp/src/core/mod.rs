@@ -157,13 +157,7 @@ impl Core {
                 if self.engine.borrow_mut().sh.ctrl_dropped_if_gone(ep) {
                     return;
                 }
-                let (flow, more, io) = self.send_ctrl(ep, io, ctrl);
-                if more {
-                    self.drain();
-                }
-                if let Flow::Blocked(lane) = flow {
-                    self.park(ep, &io, lane);
-                }
+                self.send_front_now(ep, Front::Ctrl { io, ctrl });
             }
             Action::Accept(req) => self.accept(*req),
             Action::ConnectP2p { ep, addrs } => {
@@ -245,14 +239,29 @@ impl Core {
         Some(self.send_front(id, f))
     }
 
+    /// [`Core::send_front`] outside a flush: then what queued meanwhile (over a loop-back lane,
+    /// the answer to this very message) is kicked.
+    pub(crate) fn send_front_now(&self, id: Id, f: Front<Rc<EpLanes>>) {
+        if self.send_front(id, f) == Flow::Continue {
+            let more = {
+                let mut e = self.engine.borrow_mut();
+                e.sh.kick(id);
+                e.has_actions()
+            };
+            if more {
+                self.drain();
+            }
+        }
+    }
+
     /// Sends `f` (the front of endpoint `id`'s queue, which is busy until reported) straight
     /// to the AM lane, as the direct path does; parks the endpoint when the lane refuses.
     pub(crate) fn send_front(&self, id: Id, f: Front<Rc<EpLanes>>) -> Flow {
         let (flow, more, io) = match f {
-            Front::Eager { io, rid, proto, buf, hdr } => {
-                let status = TxResult::from_uct(send::whole(&io, proto, &buf, &hdr)).status;
+            Front::Data { io, rid, short, hdr, buf, offset, len } => {
+                let status = TxResult::from_uct(send::data(&io, short, &hdr, &buf, offset, len)).status;
                 let mut e = self.engine.borrow_mut();
-                let flow = e.sh.eager_replayed(id, rid, proto, status);
+                let flow = e.sh.data_replayed(id, rid, short, hdr, buf, offset, len, status);
                 (flow, e.has_actions(), io)
             }
             Front::Ctrl { io, ctrl } => self.send_ctrl(id, io, ctrl),

@@ -44,15 +44,23 @@ fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs::OpResult 
         .map(|o| o.map(|_| ()))
 }
 
-/// Sends a whole eager message with header `hdr` (plain or synchronous) to the AM lane:
-/// `am_short` with the tag as its header for eager short, else one `am_bcopy`.
+/// Sends bytes `[offset, offset + len)` of `buf` in one active message on the AM lane:
+/// `short` (a whole eager short message), `am_short` with the tag of `hdr` as its header;
+/// else `am_bcopy` of `hdr` and the data.
 #[inline]
-pub(super) fn whole(io: &EpLanes, proto: Proto, buf: &UserBuf, hdr: &DataHdr) -> ucs::OpResult {
-    match (proto, hdr) {
-        (Proto::EagerShort, DataHdr::Eager(h)) => direct(io, proto, buf, h.tag),
+pub(super) fn data(
+    io: &EpLanes,
+    short: bool,
+    hdr: &DataHdr,
+    buf: &UserBuf,
+    offset: usize,
+    len: usize,
+) -> ucs::OpResult {
+    match (short, hdr) {
+        (true, DataHdr::Eager(h)) => direct(io, Proto::EagerShort, buf, h.tag),
         _ => io
             .am()
-            .am_bcopy(hdr.am_id(), &mut |dst| pack_data(dst, hdr, buf, 0, buf.len()), uct::SendFlags::empty())
+            .am_bcopy(hdr.am_id(), &mut |dst| pack_data(dst, hdr, buf, offset, len), uct::SendFlags::empty())
             .map(|o| o.map(|_| ())),
     }
 }
@@ -191,7 +199,7 @@ impl Core {
             (rid, front, e.sh.has_actions())
         };
         if let Some(f) = front {
-            self.send_front(ep_id, f);
+            self.send_front_now(ep_id, f);
         }
         if more {
             self.drain();

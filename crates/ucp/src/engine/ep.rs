@@ -190,7 +190,7 @@ impl<L: Clone> Shared<L> {
     }
 
     /// Asks the driver to transmit on `id` if it can now and was not asked already.
-    pub(crate) fn kick(&mut self, id: Id) {
+    pub fn kick(&mut self, id: Id) {
         let Some(ep) = self.eps.get_mut(id) else { return };
         if !ep.kicked && ep.can_transmit() {
             ep.kicked = true;

@@ -49,6 +49,23 @@ pub(crate) fn frag_hdr(tag: Tag, rep: u64, msg_id: u64, total: usize, offset: us
     }
 }
 
+/// The length of the piece from `offset` of a `total`-byte message that fits a `max`-byte
+/// message after `hdr`; `None` when nothing fits.
+#[inline]
+pub(crate) fn piece_len(hdr: &DataHdr, total: usize, offset: usize, max: usize) -> Option<usize> {
+    let room = max.saturating_sub(hdr.encoded_len());
+    let n = (total - offset).min(room);
+    (n > 0 || total <= offset).then_some(n)
+}
+
+/// The failure of a send whose lane leaves no room for data (logged).
+#[cold]
+#[inline(never)]
+fn no_room(max: usize) -> Next {
+    tracing::error!("ucp send: the AM lane's message size {max} leaves no room for data");
+    Next::Fail(Status::InvalidParam)
+}
+
 /// The next piece of send `rid`, the front operation of endpoint `ep`'s queue.
 pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.tab.get_mut(rid) else {
@@ -58,15 +75,6 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let cfg = &ep.cfg;
     let (rep, sreq) = (ep.remote_id, rid.raw());
     let of = |offset, n| TxOf::Req { rid, offset, len: n };
-    let tx = |hdr: DataHdr, offset: usize, max: usize, data: &dyn Fn(DataHdr, usize) -> TxOp| {
-        let room = max.saturating_sub(hdr.encoded_len());
-        let n = (total - offset).min(room);
-        if n == 0 && total > offset {
-            tracing::error!("ucp send: the AM lane's message size {max} leaves no room for data");
-            return Next::Fail(Status::InvalidParam);
-        }
-        Next::Tx(Lane::Am, data(hdr, n), of(offset, n))
-    };
     match s.phase {
         SendPhase::Queued => match s.proto {
             Proto::EagerShort => Next::Tx(Lane::Am, TxOp::Short { tag: s.tag, data: s.buf }, of(0, total)),
@@ -101,8 +109,8 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
         },
         SendPhase::Frags { offset, msg_id } => {
             let hdr = frag_hdr(s.tag, rep, msg_id, total, offset, s.sync.then_some(sreq));
-            let data = s.buf;
-            tx(hdr, offset, cfg.bcopy_max, &|hdr, n| TxOp::Bcopy { hdr, data, offset, len: n })
+            let Some(n) = piece_len(&hdr, total, offset, cfg.bcopy_max) else { return no_room(cfg.bcopy_max) };
+            Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset, len: n }, of(offset, n))
         }
         SendPhase::Zcopy { offset, msg_id } => {
             if offset >= total {
@@ -115,23 +123,18 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
             } else {
                 frag_hdr(s.tag, rep, msg_id, total, offset, s.sync.then_some(sreq))
             };
-            let (memh, hint) = (s.zc.as_ref().and_then(|z| z.memh.clone()), s.hint);
+            let Some(n) = piece_len(&hdr, total, offset, cfg.zcopy_max) else { return no_room(cfg.zcopy_max) };
+            let mem = Mem { seg, memh: s.zc.as_ref().and_then(|z| z.memh.clone()), hint: s.hint };
             let token = ZcDone::EagerFrag { rid };
-            tx(hdr, offset, cfg.zcopy_max, &|hdr, n| TxOp::AmZcopy {
-                hdr,
-                mem: Mem { seg, memh: memh.clone(), hint },
-                offset,
-                len: n,
-                token,
-            })
+            Next::Tx(Lane::Am, TxOp::AmZcopy { hdr, mem, offset, len: n, token }, of(offset, n))
         }
         SendPhase::RndvFrags { rreq, offset } => {
             if offset >= total {
                 return Next::Nothing;
             }
             let hdr = DataHdr::RndvData(wire::RndvDataHdr { rreq, offset });
-            let data = s.buf;
-            tx(hdr, offset, cfg.bcopy_max, &|hdr, n| TxOp::Bcopy { hdr, data, offset, len: n })
+            let Some(n) = piece_len(&hdr, total, offset, cfg.bcopy_max) else { return no_room(cfg.bcopy_max) };
+            Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset, len: n }, of(offset, n))
         }
         SendPhase::WaitAck | SendPhase::Rts { .. } | SendPhase::Put { .. } => Next::Nothing,
     }

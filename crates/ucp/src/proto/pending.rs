@@ -16,17 +16,19 @@ use crate::wire::{Ctrl, DataHdr};
 /// What the driver sends straight from the front of an endpoint's queue, without a [`Tx`]
 /// ([`Shared::front`]): the common replays, as cheap as the direct path.
 pub(crate) enum Front<L> {
-    /// A whole eager message: short (`am_short` with the tag as header) or one bcopy fragment
-    /// with header `hdr` (plain or synchronous).
-    Eager {
+    /// Bytes `[offset, offset + len)` of a send's data in one active message: a whole eager
+    /// message (`short`: `am_short` with the tag of `hdr` as its header; else `am_bcopy` of
+    /// `hdr` and the data) or one bcopy fragment, eager or rendezvous.
+    Data {
         /// The endpoint's lanes.
         io: L,
         /// The send's request.
         rid: Id,
-        /// Eager short or bcopy.
-        proto: Proto,
-        buf: UserBuf,
+        short: bool,
         hdr: DataHdr,
+        buf: UserBuf,
+        offset: usize,
+        len: usize,
     },
     /// A control message (sync ack, ATS, ATP), taken off the queue; it goes back to the front
     /// if the lane refuses it ([`Shared::ctrl_replayed`]).
@@ -100,7 +102,7 @@ impl<L: Clone> Shared<L> {
     /// The common cases of a replay, without a [`Tx`]: at the front of endpoint `id`'s queue
     /// a send that goes whole in one eager short or bcopy message, or a control message; the
     /// endpoint connected with nothing else to send first. The driver sends it as the direct
-    /// path does and reports with [`Shared::eager_replayed`] or [`Shared::ctrl_replayed`]; the
+    /// path does and reports with [`Shared::data_replayed`] or [`Shared::ctrl_replayed`]; the
     /// endpoint is busy until then. `None`: anything else ([`Shared::next_tx`] has it).
     #[inline]
     pub fn front(&mut self, id: Id) -> Option<Front<L>> {
@@ -119,11 +121,27 @@ impl<L: Clone> Shared<L> {
                 else {
                     return None;
                 };
-                if s.phase != SendPhase::Queued || !matches!(s.proto, Proto::EagerShort | Proto::EagerBcopy) {
-                    return None;
-                }
-                let hdr = eager::whole_hdr(s.tag, s.sync, ep.remote_id, rid.raw());
-                Front::Eager { io: ep.io.clone(), rid, proto: s.proto, buf: s.buf, hdr }
+                let total = s.buf.len();
+                let (rep, max) = (ep.remote_id, ep.cfg.bcopy_max);
+                let (short, hdr, offset, len) = match s.phase {
+                    SendPhase::Queued if s.proto == Proto::EagerShort => {
+                        (true, DataHdr::Eager(crate::wire::EagerHdr { tag: s.tag }), 0, total)
+                    }
+                    SendPhase::Queued if s.proto == Proto::EagerBcopy => {
+                        (false, eager::whole_hdr(s.tag, s.sync, rep, rid.raw()), 0, total)
+                    }
+                    SendPhase::Frags { offset, msg_id } => {
+                        let sreq = s.sync.then_some(rid.raw());
+                        let hdr = eager::frag_hdr(s.tag, rep, msg_id, total, offset, sreq);
+                        (false, hdr, offset, eager::piece_len(&hdr, total, offset, max)?)
+                    }
+                    SendPhase::RndvFrags { rreq, offset } if offset < total => {
+                        let hdr = DataHdr::RndvData(crate::wire::RndvDataHdr { rreq, offset });
+                        (false, hdr, offset, eager::piece_len(&hdr, total, offset, max)?)
+                    }
+                    _ => return None,
+                };
+                Front::Data { io: ep.io.clone(), rid, short, hdr, buf: s.buf, offset, len }
             }
             _ => return None,
         };
@@ -132,60 +150,67 @@ impl<L: Clone> Shared<L> {
         Some(front)
     }
 
-    /// The driver sent (or the lane refused) the eager message [`Shared::front`] (or
-    /// [`send_req`](crate::tag::send::send_req)) gave it; operations queued meanwhile are kicked.
+    /// The driver sent (or the lane refused) the data [`Shared::front`] (or
+    /// [`send_req`](crate::tag::send::send_req)) gave it: the send advances as after a
+    /// [`Tx`] of the same piece ([`eager::send_done`]). Outside its flush loop the driver then
+    /// kicks the endpoint ([`Shared::kick`]): over a loop-back lane, the answer to this very
+    /// message may have queued meanwhile.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub fn eager_replayed(&mut self, id: Id, rid: Id, proto: Proto, status: TxStatus) -> Flow {
+    pub fn data_replayed(
+        &mut self,
+        id: Id,
+        rid: Id,
+        short: bool,
+        hdr: DataHdr,
+        buf: UserBuf,
+        offset: usize,
+        len: usize,
+        status: TxStatus,
+    ) -> Flow {
         let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
         ep.busy = false;
-        if status == TxStatus::NoResource {
-            return self.blocked(id, Lane::Am);
-        }
         // The queue changed during the call (the endpoint failed): the send was settled then.
         if !matches!(ep.queue.front(), Some(&Pending::Send(r)) if r == rid) {
             return Flow::Continue;
         }
-        ep.queue.pop_front();
-        match status {
-            TxStatus::Failed(e) => self.finish(rid, e),
-            _ => {
-                let sync = matches!(self.reqs.tab.get(rid), Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync);
-                let c = &mut self.counts;
-                *match (sync, proto) {
-                    (true, _) => &mut c.eager_sync,
-                    (false, Proto::EagerShort) => &mut c.eager_short,
-                    (false, _) => &mut c.eager_bcopy,
-                } += 1;
-                eager::sent_all(self, rid);
+        let op = match (short, hdr) {
+            (true, DataHdr::Eager(h)) => TxOp::Short { tag: h.tag, data: buf },
+            _ => TxOp::Bcopy { hdr, data: buf, offset, len },
+        };
+        match eager::send_done(self, rid, offset, len, &op, TxResult::of(status)) {
+            Step::Blocked => return self.blocked(id, Lane::Am),
+            Step::Finished => {
+                if let Some(ep) = self.eps.get_mut(id) {
+                    ep.queue.pop_front();
+                }
             }
+            Step::More => {}
         }
-        // What was queued meanwhile (over a loop-back lane, the answer to this very message).
-        self.kick(id);
         Flow::Continue
     }
 
     /// The driver sent (or the lane refused) the control message [`Shared::front`] or
-    /// [`Action::Ctrl`] gave it; a refused one comes back to go first again. Operations queued
-    /// meanwhile are kicked.
+    /// [`Action::Ctrl`] gave it; a refused one comes back to go first again. After an
+    /// [`Action::Ctrl`] the driver kicks the endpoint ([`Shared::kick`]) for what queued
+    /// meanwhile.
     #[inline]
     pub fn ctrl_replayed(&mut self, id: Id, ctrl: Ctrl, status: TxStatus) -> Flow {
         let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
         ep.busy = false;
-        let flow = match status {
+        match status {
             TxStatus::NoResource => {
                 if ep.error().is_none() {
                     ep.queue.push_front(Pending::Ctrl(ctrl));
                 }
-                return self.blocked(id, Lane::Am);
+                self.blocked(id, Lane::Am)
             }
             TxStatus::Failed(e) => {
                 tracing::warn!("ucp: sending {} to '{}' failed: {e}", ctrl.name(), ep.remote.name);
                 Flow::Continue
             }
             TxStatus::Done | TxStatus::Started => Flow::Continue,
-        };
-        self.kick(id);
-        flow
+        }
     }
 
     /// An [`Action::Ctrl`] for endpoint `id`, which failed or closed (or went) since: the

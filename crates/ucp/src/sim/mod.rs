@@ -278,7 +278,7 @@ impl Sim {
         let (_, front) = crate::tag::send::send_req(&mut e.sh, ep, buf, tag, sync, param(user), proto)?;
         if let Some(f) = front {
             self.stats.sent_at_once += 1;
-            self.send_front(n, ep, f);
+            self.send_front_now(n, ep, f);
         }
         self.drain(n);
         Ok(())
@@ -310,7 +310,7 @@ impl Sim {
                 Action::Ctrl { ep, io, ctrl } => {
                     if !self.nodes[n].engine.sh.ctrl_dropped_if_gone(ep) {
                         self.stats.direct_ctrl += 1;
-                        self.send_front(n, ep, Front::Ctrl { io, ctrl });
+                        self.send_front_now(n, ep, Front::Ctrl { io, ctrl });
                     }
                 }
                 Action::Accept(req) => {
@@ -393,14 +393,14 @@ impl Sim {
     /// as the driver's `send_front` does; parks the endpoint when the channel refuses.
     fn send_front(&mut self, n: usize, id: Id, f: Front<SimIo>) -> Flow {
         let (io, flow) = match f {
-            Front::Eager { io, rid, proto, buf, hdr } => {
-                let op = match (proto, hdr) {
-                    (crate::proto::Proto::EagerShort, wire::DataHdr::Eager(h)) => TxOp::Short { tag: h.tag, data: buf },
-                    _ => TxOp::Bcopy { hdr, data: buf, offset: 0, len: buf.len() },
+            Front::Data { io, rid, short, hdr, buf, offset, len } => {
+                let op = match (short, hdr) {
+                    (true, wire::DataHdr::Eager(h)) => TxOp::Short { tag: h.tag, data: buf },
+                    _ => TxOp::Bcopy { hdr, data: buf, offset, len },
                 };
-                let tx = Tx { io, lane: Lane::Am, op, of: TxOf::Req { rid, offset: 0, len: buf.len() } };
+                let tx = Tx { io, lane: Lane::Am, op, of: TxOf::Req { rid, offset, len } };
                 let res = self.exec(n, &tx);
-                (io, self.nodes[n].engine.sh.eager_replayed(id, rid, proto, res.status))
+                (io, self.nodes[n].engine.sh.data_replayed(id, rid, short, hdr, buf, offset, len, res.status))
             }
             Front::Ctrl { io, ctrl } => {
                 let tx = Tx { io, lane: Lane::Am, op: TxOp::Ctrl(ctrl), of: TxOf::Ctrl };
@@ -414,6 +414,14 @@ impl Sim {
             self.park(n, id, io, lane);
         }
         flow
+    }
+
+    /// [`Sim::send_front`] outside a flush, then a kick, as the driver's `send_front_now`.
+    fn send_front_now(&mut self, n: usize, id: Id, f: Front<SimIo>) {
+        if self.send_front(n, id, f) == Flow::Continue {
+            self.nodes[n].engine.sh.kick(id);
+            self.drain(n);
+        }
     }
 
     fn park(&mut self, n: usize, id: Id, io: SimIo, lane: Lane) {

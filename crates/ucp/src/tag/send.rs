@@ -18,7 +18,7 @@ use crate::tag::matcher::Tag;
 /// `FORCE_IMM_CMPL` refuses it (`NoResource`), since it cannot complete at once. On a ready
 /// endpoint a whole eager message (synchronous, or one that must not complete at once) is
 /// queued at the front with the endpoint busy, and the driver gets it to send straight away
-/// ([`Front::Eager`], reported with [`Shared::eager_replayed`]); anything else is queued and
+/// ([`Front::Data`], reported with [`Shared::data_replayed`]); anything else is queued and
 /// the endpoint kicked.
 pub(crate) fn send_req<L: Clone>(
     sh: &mut Shared<L>,
@@ -35,8 +35,14 @@ pub(crate) fn send_req<L: Clone>(
         Some(e) if whole && e.ready() && e.wireup_q.is_empty() => {
             e.queue.push_back(Pending::Send(rid));
             e.busy = true;
-            let hdr = whole_hdr(tag, sync, e.remote_id, rid.raw());
-            Ok((rid, Some(Front::Eager { io: e.io.clone(), rid, proto, buf, hdr })))
+            let short = proto == Proto::EagerShort;
+            let hdr = if short {
+                crate::wire::DataHdr::Eager(crate::wire::EagerHdr { tag })
+            } else {
+                whole_hdr(tag, sync, e.remote_id, rid.raw())
+            };
+            let len = buf.len();
+            Ok((rid, Some(Front::Data { io: e.io.clone(), rid, short, hdr, buf, offset: 0, len })))
         }
         _ => {
             sh.enqueue(ep, Pending::Send(rid));
