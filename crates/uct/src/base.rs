@@ -14,7 +14,7 @@ use ucs::Status;
 
 use crate::am::AmTable;
 use crate::attr::IfaceAttr;
-use crate::iface::{ErrHandler, IfaceParams};
+use crate::params::{ErrHandler, IfaceParams};
 use crate::pending::PendingQueue;
 use crate::worker::{ProgressRegistration, Worker};
 

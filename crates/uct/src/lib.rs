@@ -48,6 +48,7 @@ mod completion;
 mod iface;
 mod md;
 mod mem;
+mod params;
 mod pending;
 mod tag;
 mod worker;
