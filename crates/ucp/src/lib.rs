@@ -37,6 +37,7 @@ pub(crate) mod engine;
 pub mod mem;
 pub(crate) mod proto;
 pub mod request;
+pub(crate) mod rma;
 #[cfg(test)]
 mod sim;
 pub mod tag;

@@ -20,6 +20,15 @@ const ZC_COMPS_KEPT: usize = 256;
 pub(crate) struct ZcSlot {
     what: Cell<Option<ZcDone>>,
     keep: RefCell<Option<(uct::MemH, uct::RemoteKey)>>,
+    /// The registration (if any) and remote key of an RMA operation.
+    keep_rma: RefCell<Option<(Option<uct::MemH>, Rc<super::rma::Rkey>)>>,
+}
+
+impl ZcSlot {
+    /// Keeps an RMA operation's registration and remote key until the completion fires.
+    pub(crate) fn keep_rma(&self, memh: Option<uct::MemH>, rkey: Rc<super::rma::Rkey>) {
+        *self.keep_rma.borrow_mut() = Some((memh, rkey));
+    }
 }
 
 /// A free reusable completion.
@@ -130,6 +139,14 @@ impl Core {
             }
             TxOp::Get { mem, remote, rkey, token } => self.rma(lanes, mem, *remote, rkey, *token, true),
             TxOp::Put { mem, remote, rkey, token } => self.rma(lanes, mem, *remote, rkey, *token, false),
+            TxOp::Rma(t) => match tx.lane {
+                crate::engine::Lane::Uct(l) => self.exec_rma(lanes, l, t),
+                _ => TxResult::of(TxStatus::Failed(Status::InvalidParam)),
+            },
+            TxOp::Flush { token } => match tx.lane {
+                crate::engine::Lane::Uct(l) => self.exec_flush(lanes, l, *token),
+                _ => TxResult::of(TxStatus::Done),
+            },
         }
     }
 
@@ -222,12 +239,12 @@ impl Core {
 
     #[cold]
     fn new_zc_comp(&self) -> ZcComp {
-        let slot = Rc::new(ZcSlot { what: Cell::new(None), keep: RefCell::new(None) });
+        let slot = Rc::new(ZcSlot { what: Cell::new(None), keep: RefCell::new(None), keep_rma: RefCell::new(None) });
         let (core, s) = (self.weak.clone(), slot.clone());
         let comp = uct::Completion::new_cyclic(1, move |me| {
             move |st| {
                 let done = s.what.take();
-                let kept = s.keep.borrow_mut().take();
+                let kept = (s.keep.borrow_mut().take(), s.keep_rma.borrow_mut().take());
                 let Some(core) = core.upgrade() else { return };
                 if let Some(what) = done {
                     core.with_engine(|e| e.sh.zc_done(what, st));

@@ -70,6 +70,11 @@ pub(crate) struct EpLanes {
     pub am_idx: usize,
     pub wireup_idx: usize,
     pub rndv: Option<RndvLane>,
+    /// The remote-memory-access lanes, best first (indices into `uct_eps`; with the RMA or
+    /// AMO features).
+    pub rma: Vec<u8>,
+    /// The atomic lane (with the AMO features).
+    pub amo: Option<u8>,
     /// The endpoint's [`LaneWake`], made the first time it parks.
     wake: OnceCell<uct::PendingHandle>,
     /// The lane whose pending queue holds the wake.
@@ -90,6 +95,7 @@ impl EpLanes {
             Lane::Am => self.am_idx,
             Lane::Wireup => self.wireup_idx,
             Lane::Rndv => self.rndv.map_or(self.am_idx, |r| r.uct),
+            Lane::Uct(i) => i as usize,
         };
         &*self.uct_eps[i].ep
     }
@@ -100,7 +106,8 @@ impl EpLanes {
         let i = match lane {
             Lane::Am => self.am_idx,
             Lane::Rndv => self.rndv.map_or(self.am_idx, |r| r.uct),
-            Lane::Wireup => return false,
+            Lane::Uct(i) if (i as usize) < self.uct_eps.len() => i as usize,
+            Lane::Wireup | Lane::Uct(_) => return false,
         };
         let wake = self.wake.get_or_init(|| Rc::new(LaneWake { core: core.clone(), ep: self.id }));
         let parked = self.uct_eps[i].ep.pending_add(wake.clone()).is_ok();
@@ -205,7 +212,10 @@ impl Core {
             uct_eps.push(UctLane { pair, ep, p2p, connected: Cell::new(!p2p) });
             Ok(uct_eps.len() - 1)
         };
-        type Indices = (usize, usize, Option<(RndvLane, RndvCaps)>);
+        let rma_feature = self.ctx.features().intersects(
+            crate::context::Features::RMA | crate::context::Features::AMO32 | crate::context::Features::AMO64,
+        );
+        type Indices = (usize, usize, Option<(RndvLane, RndvCaps)>, Vec<u8>, Option<u8>);
         let built = (|| -> UcsResult<Indices> {
             let am_idx = ep_for(am)?;
             let wireup_idx = ep_for(wireup)?;
@@ -222,9 +232,19 @@ impl Core {
                 }
                 None => None,
             };
-            Ok((am_idx, wireup_idx, rndv))
+            let mut rma = Vec::new();
+            let mut amo = None;
+            if rma_feature {
+                for &p in &selection.rma {
+                    rma.push(ep_for(p)? as u8);
+                }
+                if let Some(p) = selection.amo {
+                    amo = Some(ep_for(p)? as u8);
+                }
+            }
+            Ok((am_idx, wireup_idx, rndv, rma, amo))
         })();
-        let (am_idx, wireup_idx, rndv) = built.inspect_err(|e| {
+        let (am_idx, wireup_idx, rndv, rma, amo) = built.inspect_err(|e| {
             tracing::error!("ucp: cannot connect to '{}': {e}", remote.name);
         })?;
         for l in &uct_eps {
@@ -234,13 +254,16 @@ impl Core {
             am: (am_attr, &self.address.ifaces[am.local]),
             rndv: rndv.map(|(_, caps)| (caps, &self.address.ifaces[selection.rndv[0].local])),
         };
-        let ep_cfg = EpConfig::new(&models, cfg, self.ctx.features().contains(crate::context::Features::WAKEUP));
+        let mut ep_cfg = EpConfig::new(&models, cfg, self.ctx.features().contains(crate::context::Features::WAKEUP));
+        ep_cfg.uct_lanes = uct_eps.len() as u8;
         let lanes = EpLanes {
             id,
             uct_eps,
             am_idx,
             wireup_idx,
             rndv: rndv.map(|(l, _)| l),
+            rma,
+            amo,
             wake: OnceCell::new(),
             parked_on: Cell::new(None),
         };

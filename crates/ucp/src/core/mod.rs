@@ -30,6 +30,7 @@ pub(crate) mod exec;
 pub(crate) mod iface;
 pub(crate) mod lanes;
 mod mem;
+pub(crate) mod rma;
 mod send;
 pub(crate) mod wakeup;
 
@@ -70,6 +71,8 @@ pub(crate) struct Core {
     pub engine: RefCell<CoreEngine>,
     /// Registrations made by `Worker::mem_map`.
     pub mems: RefCell<IdTable<MemMap>>,
+    /// Remote keys unpacked on endpoints.
+    pub rkeys: RefCell<IdTable<Rc<rma::Rkey>>>,
     /// Completions of zero-copy operations that fired and nobody holds: reused by the next
     /// ones (see [`Core::zc_completion`]).
     zc_comps: RefCell<Vec<exec::ZcComp>>,
@@ -114,6 +117,7 @@ impl Core {
                 weak: weak.clone(),
                 engine: RefCell::new(engine),
                 mems: RefCell::new(IdTable::new()),
+                rkeys: RefCell::new(IdTable::new()),
                 zc_comps: RefCell::new(Vec::new()),
                 retry: RefCell::new(Vec::new()),
             }

@@ -224,6 +224,19 @@ impl UserBuf {
         Ok(())
     }
 
+    /// The contiguous run of the buffer that starts at `offset`: to the end of the piece of an
+    /// iov list it falls in (a transport writes one run per operation). `None` past the end.
+    pub fn run_at(&self, offset: usize) -> Option<Seg> {
+        let mut skip = offset;
+        for s in self.segs() {
+            if skip < s.len {
+                return s.sub(skip, s.len - skip);
+            }
+            skip -= s.len;
+        }
+        None
+    }
+
     /// The address of a contiguous buffer (what a rendezvous exposes), or 0.
     pub fn addr(&self) -> u64 {
         self.contig_seg().map_or(0, |s| s.ptr as u64)

@@ -90,6 +90,8 @@ pub(crate) struct EpState<L> {
     pub park: Park,
     /// A transmission is with the driver (pulled, not reported yet).
     pub busy: bool,
+    /// Remote memory access went out since the last flush or fence (a fence waits for it).
+    pub rma_dirty: bool,
 }
 
 impl<L> EpState<L> {
@@ -113,6 +115,7 @@ impl<L> EpState<L> {
             kicked: false,
             park: Park::No,
             busy: false,
+            rma_dirty: false,
         }
     }
 
@@ -275,8 +278,19 @@ impl<L: Clone> Shared<L> {
             self.push(Action::Unpark(io));
         }
         let Some(ep) = self.eps.get_mut(id) else { return };
+        let flushes: Vec<Id> = ep
+            .queue
+            .iter()
+            .filter_map(|p| match p {
+                Pending::Flush(pos) => pos.rid,
+                _ => None,
+            })
+            .collect();
         ep.queue.clear();
         ep.wireup_q.clear();
+        for rid in flushes {
+            crate::rma::flush::ep_flushed(&mut self.reqs, &mut self.actions, rid, status);
+        }
         let mut mine: Vec<Id> = self
             .reqs
             .tab
@@ -285,6 +299,8 @@ impl<L: Clone> Shared<L> {
                 r.status == Status::InProgress
                     && match &r.kind {
                         ReqKind::Send(s) => s.ep == id && !s.zc.as_ref().is_some_and(|z| z.busy()),
+                        // A piece in flight may still access the memory: its completion ends it.
+                        ReqKind::Rma(r) => r.ep == id && r.inflight == 0,
                         ReqKind::Recv(rr) => rr
                             .zc
                             .as_ref()
@@ -315,13 +331,17 @@ impl<L: Clone> Shared<L> {
         if ep.error().is_some() {
             return Some(Err(ep_id));
         }
-        let busy =
-            !ep.queue.is_empty()
-                || !ep.wireup_q.is_empty()
-                || ep.status == EpStatus::Connecting
-                || self.reqs.tab.iter().any(|(_, r)| {
-                    r.status == Status::InProgress && matches!(&r.kind, ReqKind::Send(s) if s.ep == ep_id)
-                });
+        let busy = !ep.queue.is_empty()
+            || !ep.wireup_q.is_empty()
+            || ep.status == EpStatus::Connecting
+            || self.reqs.tab.iter().any(|(_, r)| {
+                r.status == Status::InProgress
+                    && match &r.kind {
+                        ReqKind::Send(s) => s.ep == ep_id,
+                        ReqKind::Rma(x) => x.ep == ep_id,
+                        _ => false,
+                    }
+            });
         Some(Ok((ep_id, (!busy).then(|| ep.io.clone()))))
     }
 

@@ -25,6 +25,9 @@ pub(crate) enum Lane {
     Wireup,
     /// Rendezvous zero-copy operations.
     Rndv,
+    /// The endpoint's transport endpoint of this index (remote memory access, atomics,
+    /// flush).
+    Uct(u8),
 }
 
 /// A zero-copy operation's completion, reported with
@@ -37,6 +40,10 @@ pub(crate) enum ZcDone {
     Get { ep: Id, rid: Id, sreq: u64 },
     /// The rendezvous put of send `sreq`; the ATP goes to `rreq` over `ep`.
     Put { ep: Id, sreq: Id, rreq: u64 },
+    /// A piece of remote memory access or an atomic of request `rid`.
+    Rma { rid: Id },
+    /// The flush of the current lane of endpoint `ep`.
+    Flush { ep: Id },
 }
 
 /// Memory a transmission exposes or uses zero-copy: the user buffer (what a registration
@@ -72,6 +79,10 @@ pub(crate) enum TxOp {
     Get { mem: Mem, remote: u64, rkey: uct::PackedKey, token: ZcDone },
     /// `put_zcopy` from `mem` to `remote` with the packed key `rkey` (on the rendezvous lane).
     Put { mem: Mem, remote: u64, rkey: uct::PackedKey, token: ZcDone },
+    /// A piece of remote memory access, or an atomic (on the transmission's lane).
+    Rma(crate::rma::RmaTx),
+    /// Flush the transmission's lane; the completion reports `token`.
+    Flush { token: ZcDone },
 }
 
 /// What a transmission advances, so the engine can check it still applies when it returns.
@@ -83,6 +94,8 @@ pub(crate) enum TxOf {
     Ctrl,
     /// The front operation of the data queue: request `rid`'s piece `[offset, offset + len)`.
     Req { rid: Id, offset: usize, len: usize },
+    /// The flush (or fence) at the front of the data queue.
+    Flush,
 }
 
 /// One transmission: the endpoint's lanes (the driver's), which lane, what to send, and what
@@ -141,8 +154,10 @@ impl TxResult {
 pub(crate) enum Next {
     /// A transmission.
     Tx(Lane, TxOp, TxOf),
-    /// Nothing now (finished, or waiting for the peer).
+    /// Nothing now (finished, or waiting for the peer): it leaves the queue.
     Nothing,
+    /// Nothing now, and it stays at the front (waiting for a completion).
+    Wait,
     /// It cannot go on: fail it with this status.
     Fail(Status),
 }
@@ -180,4 +195,8 @@ pub(crate) enum Pending {
     Get(Id),
     /// The rendezvous put of send request `sreq`.
     Put(Id),
+    /// Remote memory access or atomic request `rid`.
+    Rma(Id),
+    /// A flush or fence.
+    Flush(crate::rma::flush::FlushPos),
 }

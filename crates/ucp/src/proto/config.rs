@@ -35,6 +35,8 @@ pub(crate) struct EpConfig {
     pub scheme: RndvScheme,
     /// The rendezvous lane, if the endpoint has one.
     pub rndv: Option<RndvCaps>,
+    /// How many transport endpoints the endpoint has (a flush goes through each).
+    pub uct_lanes: u8,
 }
 
 /// The transports of an endpoint's lanes, as [`EpConfig::new`] needs them.
@@ -89,6 +91,7 @@ impl EpConfig {
             zcopy_max: am_attr.am.max_zcopy,
             scheme,
             rndv: lanes.rndv.map(|(c, _)| c),
+            uct_lanes: 0,
         }
     }
 }

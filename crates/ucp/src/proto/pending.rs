@@ -71,6 +71,20 @@ impl<L: Clone> Shared<L> {
                 &Pending::Rtr(rid) => (rndv::rtr_next(reqs, ep, rid), Some(rid)),
                 &Pending::Get(rid) => (rndv::get_next(reqs, ep, id, rid), Some(rid)),
                 &Pending::Put(rid) => (rndv::put_next(reqs, ep, id, rid), Some(rid)),
+                &Pending::Rma(rid) => (crate::rma::next(reqs, ep, rid), Some(rid)),
+                &Pending::Flush(pos) => {
+                    if pos.waiting {
+                        (Next::Wait, None)
+                    } else if pos.lane >= ep.cfg.uct_lanes {
+                        if let Some(rid) = pos.rid {
+                            crate::rma::flush::ep_flushed(reqs, actions, rid, Status::Ok);
+                        }
+                        (Next::Nothing, None)
+                    } else {
+                        let token = ZcDone::Flush { ep: id };
+                        (Next::Tx(Lane::Uct(pos.lane), TxOp::Flush { token }, TxOf::Flush), None)
+                    }
+                }
             };
             match next {
                 Next::Tx(lane, op, of) => {
@@ -81,6 +95,7 @@ impl<L: Clone> Shared<L> {
                 Next::Nothing => {
                     ep.queue.pop_front();
                 }
+                Next::Wait => return None,
                 Next::Fail(status) => {
                     ep.queue.pop_front();
                     if let Some(rid) = rid {
@@ -252,12 +267,14 @@ impl<L: Clone> Shared<L> {
                     TxStatus::Done | TxStatus::Started => Step::Finished,
                 }
             }
+            TxOf::Flush => self.flush_lane_done(id, res),
             TxOf::Req { rid, offset, len } => {
                 let front = match ep.queue.front() {
                     Some(&Pending::Send(r)) if r == rid => Pending::Send(r),
                     Some(&Pending::Rtr(r)) if r == rid => Pending::Rtr(r),
                     Some(&Pending::Get(r)) if r == rid => Pending::Get(r),
                     Some(&Pending::Put(r)) if r == rid => Pending::Put(r),
+                    Some(&Pending::Rma(r)) if r == rid => Pending::Rma(r),
                     // The queue changed during the transmission (the endpoint failed): the
                     // operation was settled then; a zero-copy one completes through its token.
                     _ => return Flow::Continue,
@@ -267,7 +284,8 @@ impl<L: Clone> Shared<L> {
                     Pending::Rtr(_) => rndv::rtr_done(self, rid, res),
                     Pending::Get(_) => rndv::get_done(self, id, rid, res),
                     Pending::Put(_) => rndv::put_done(self, id, rid, res),
-                    Pending::Ctrl(_) => Step::Finished,
+                    Pending::Rma(_) => crate::rma::done(self, rid, offset, len, res),
+                    Pending::Ctrl(_) | Pending::Flush(_) => Step::Finished,
                 };
                 if step == Step::Finished {
                     if let Some(ep) = self.eps.get_mut(id) {
@@ -289,6 +307,8 @@ impl<L: Clone> Shared<L> {
             ZcDone::EagerFrag { rid } => eager::frag_done(self, rid, status),
             ZcDone::Get { ep, rid, sreq } => rndv::get_complete(self, ep, rid, sreq, status),
             ZcDone::Put { ep, sreq, rreq } => rndv::put_complete(self, ep, sreq, rreq, status),
+            ZcDone::Rma { rid } => crate::rma::zc_done(self, rid, status),
+            ZcDone::Flush { ep } => self.flush_lane_complete(ep, status),
         }
     }
 }

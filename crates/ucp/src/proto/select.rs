@@ -152,6 +152,129 @@ pub(crate) fn rndv_scheme(
     RndvProto::Am
 }
 
+/// What one lane can do for one kind of remote memory access (put or get) with one remote
+/// key: its uct limits, 0 where the lane lacks the operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RmaCaps {
+    /// Index of the lane among the endpoint's transport endpoints.
+    pub lane: u8,
+    /// Largest `put_short`/`get_short` payload (0: none).
+    pub short_max: usize,
+    /// Largest `put_bcopy`/`get_bcopy` payload (0: none).
+    pub bcopy_max: usize,
+    /// Largest `put_zcopy`/`get_zcopy` payload (0: none).
+    pub zcopy_max: usize,
+    /// Contiguous transfers of this size or more go zero-copy, where the lane has it
+    /// (`UCX_ZCOPY_THRESH`; `auto`: from the size that no longer fits one bcopy operation).
+    pub zcopy_thresh: usize,
+}
+
+/// What the atomic lane of an endpoint can do with one remote key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AmoCaps {
+    /// Index of the lane among the endpoint's transport endpoints.
+    pub lane: u8,
+    /// Operations without a result, 32 and 64 bits.
+    pub post32: uct::AtomicOps,
+    /// (see `post32`)
+    pub post64: uct::AtomicOps,
+    /// Operations with a result, 32 and 64 bits.
+    pub fetch32: uct::AtomicOps,
+    /// (see `fetch32`)
+    pub fetch64: uct::AtomicOps,
+}
+
+/// The routes of one remote key on its endpoint, resolved once at unpack (UCX's rkey
+/// configuration): which lane takes puts, gets and atomics to that memory, and its limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RkeyRoutes {
+    /// Puts.
+    pub put: Option<RmaCaps>,
+    /// Gets.
+    pub get: Option<RmaCaps>,
+    /// Atomics.
+    pub amo: Option<AmoCaps>,
+}
+
+/// A remote memory access or atomic, for protocol selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RmaOpKind {
+    /// `ucp_put_nbx`.
+    Put,
+    /// `ucp_get_nbx`.
+    Get,
+    /// `ucp_atomic_op_nbx`: the operation, whether it fetches, and the operand size (4 or 8).
+    Amo { op: uct::AtomicOp, fetch: bool, size: u8 },
+}
+
+/// How a remote memory access goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RmaProto {
+    /// One `put_short`/`get_short`.
+    Short,
+    /// `put_bcopy`/`get_bcopy`, in pieces of at most `bcopy_max`.
+    Bcopy,
+    /// `put_zcopy`/`get_zcopy` from or into the user's registered buffer, in pieces of at
+    /// most `zcopy_max`.
+    Zcopy,
+    /// One transport atomic (CPU atomics on mapped memory, or the device's).
+    Amo,
+}
+
+/// The route of an operation: a lane, a protocol, and the largest piece one transport call
+/// moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RmaRoute {
+    pub lane: u8,
+    pub proto: RmaProto,
+    pub piece: usize,
+}
+
+/// The protocol of a remote memory access of `len` bytes (`contig`: one buffer, not an iov
+/// list) or of an atomic, to memory whose key resolved to `routes`:
+///
+/// * put and get: short when contiguous and it fits one short operation; zero-copy from
+///   the lane's threshold for contiguous buffers (or when the lane has nothing else); else
+///   bcopy, in as many pieces as it takes;
+/// * atomics: the lane's atomic when it has that operation at that size.
+///
+/// `None`: no lane of the endpoint reaches that memory with that operation.
+pub(crate) fn select_rma(routes: &RkeyRoutes, kind: RmaOpKind, len: usize, contig: bool) -> Option<RmaRoute> {
+    let c = match kind {
+        RmaOpKind::Put => routes.put?,
+        RmaOpKind::Get => routes.get?,
+        RmaOpKind::Amo { op, fetch, size } => {
+            let a = routes.amo?;
+            let ops = match (fetch, size) {
+                (false, 4) => a.post32,
+                (false, _) => a.post64,
+                (true, 4) => a.fetch32,
+                (true, _) => a.fetch64,
+            };
+            return ops.contains(op.bit()).then_some(RmaRoute {
+                lane: a.lane,
+                proto: RmaProto::Amo,
+                piece: size as usize,
+            });
+        }
+    };
+    let route = |proto, piece: usize| Some(RmaRoute { lane: c.lane, proto, piece: piece.max(1) });
+    if contig && c.short_max > 0 && len <= c.short_max {
+        return route(RmaProto::Short, c.short_max);
+    }
+    if c.zcopy_max > 0 && contig && (len >= c.zcopy_thresh || c.bcopy_max == 0) {
+        return route(RmaProto::Zcopy, c.zcopy_max);
+    }
+    if c.bcopy_max > 0 {
+        return route(RmaProto::Bcopy, c.bcopy_max);
+    }
+    if c.short_max > 0 {
+        // Short pieces from an iov list or past one short operation (a lane with nothing else).
+        return route(RmaProto::Short, c.short_max);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +293,7 @@ mod tests {
             zcopy_max: 8192,
             scheme: RndvScheme::Auto,
             rndv: Some(RndvCaps { get: true, put: true, max_zcopy: 1 << 20 }),
+            uct_lanes: 1,
         }
     }
 
@@ -248,6 +372,77 @@ mod tests {
             // (An empty rendezvous completes at the match, whatever the scheme.)
             if size > 0 {
                 assert_eq!(rndv_scheme(&c, size, key, s_contig, r_contig), want, "{scheme:?} {rndv:?} {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn rma_protocols_by_lane_size_and_datatype() {
+        use RmaProto::{Bcopy as B, Short as Sh, Zcopy as Z};
+        // posix-like: short 100, bcopy 8 KiB, no zero-copy.
+        let posix = RmaCaps { lane: 1, short_max: 100, bcopy_max: 8256, zcopy_max: 0, zcopy_thresh: 8257 };
+        // cma-like: zero-copy only.
+        let cma = RmaCaps { lane: 2, short_max: 0, bcopy_max: 0, zcopy_max: usize::MAX, zcopy_thresh: 0 };
+        // rc-like: all three.
+        let rc = RmaCaps { lane: 0, short_max: 124, bcopy_max: 8192, zcopy_max: 1 << 30, zcopy_thresh: 8193 };
+        #[rustfmt::skip]
+        let table: &[(RmaCaps, usize, bool, Option<(RmaProto, usize)>)] = &[
+            (posix, 0, true, Some((Sh, 100))),
+            (posix, 8, true, Some((Sh, 100))),
+            (posix, 100, true, Some((Sh, 100))),
+            (posix, 101, true, Some((B, 8256))),
+            (posix, 8, false, Some((B, 8256))),        // an iov list is copied
+            (posix, 1 << 20, true, Some((B, 8256))),   // in pieces
+            (cma, 0, true, Some((Z, usize::MAX))),
+            (cma, 8, true, Some((Z, usize::MAX))),
+            (cma, 8, false, None),                     // zero-copy only, and an iov list
+            (rc, 8, true, Some((Sh, 124))),
+            (rc, 4096, true, Some((B, 8192))),
+            (rc, 8193, true, Some((Z, 1 << 30))),
+            (rc, 8193, false, Some((B, 8192))),
+        ];
+        for &(caps, len, contig, want) in table {
+            let routes = RkeyRoutes { put: Some(caps), get: Some(caps), amo: None };
+            for kind in [RmaOpKind::Put, RmaOpKind::Get] {
+                let got = select_rma(&routes, kind, len, contig).map(|r| (r.proto, r.piece));
+                assert_eq!(got, want, "{kind:?} {caps:?} {len} contig={contig}");
+            }
+        }
+        // No route at all for a key the endpoint's lanes cannot use.
+        assert_eq!(select_rma(&RkeyRoutes::default(), RmaOpKind::Put, 8, true), None);
+    }
+
+    #[test]
+    fn atomics_by_operation_and_size() {
+        use uct::{AtomicOp as Op, AtomicOps as Ops};
+        let cpu = Ops::ADD | Ops::AND | Ops::OR | Ops::XOR;
+        let shm = AmoCaps {
+            lane: 3,
+            post32: cpu,
+            post64: cpu,
+            fetch32: cpu | Ops::SWAP | Ops::CSWAP,
+            fetch64: cpu | Ops::SWAP | Ops::CSWAP,
+        };
+        // A device with 64-bit fetch-add and compare-and-swap only.
+        let dev = AmoCaps { lane: 0, post64: Ops::ADD, fetch64: Ops::ADD | Ops::CSWAP, ..Default::default() };
+        let amo = |op, fetch, size| RmaOpKind::Amo { op, fetch, size };
+        #[rustfmt::skip]
+        let table: &[(AmoCaps, RmaOpKind, bool)] = &[
+            (shm, amo(Op::Add, false, 4), true),
+            (shm, amo(Op::Xor, true, 8), true),
+            (shm, amo(Op::Cswap, true, 4), true),
+            (shm, amo(Op::Swap, false, 8), false),     // a swap always fetches
+            (dev, amo(Op::Add, false, 8), true),
+            (dev, amo(Op::Add, false, 4), false),
+            (dev, amo(Op::And, true, 8), false),
+            (dev, amo(Op::Cswap, true, 8), true),
+        ];
+        for &(caps, kind, ok) in table {
+            let routes = RkeyRoutes { amo: Some(caps), ..Default::default() };
+            let got = select_rma(&routes, kind, 0, true);
+            assert_eq!(got.is_some(), ok, "{caps:?} {kind:?}");
+            if let Some(r) = got {
+                assert_eq!((r.lane, r.proto), (caps.lane, RmaProto::Amo));
             }
         }
     }

@@ -180,6 +180,10 @@ pub(crate) enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
     Close(CloseReq),
+    /// Remote memory access or atomic.
+    Rma(crate::rma::RmaReq),
+    /// Flush of an endpoint or the worker.
+    Flush(crate::rma::flush::FlushReq),
     /// A request completed at creation (NO_IMM_CMPL) or whose work is gone.
     Done,
 }
@@ -279,7 +283,7 @@ impl ReqState {
             && match &self.kind {
                 ReqKind::Recv(r) => r.zc.is_none(),
                 ReqKind::Send(s) => s.zc.is_none(),
-                ReqKind::Close(_) | ReqKind::Done => true,
+                ReqKind::Close(_) | ReqKind::Rma(_) | ReqKind::Flush(_) | ReqKind::Done => true,
             }
     }
 

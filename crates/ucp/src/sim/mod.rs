@@ -146,6 +146,7 @@ fn lane_code(l: Lane) -> u8 {
     match l {
         Lane::Am | Lane::Wireup => 0,
         Lane::Rndv => 1,
+        Lane::Uct(i) => 2u8.saturating_add(i),
     }
 }
 
@@ -466,6 +467,9 @@ impl Sim {
         }
         let mut res = TxResult::of(TxStatus::Done);
         let (id, bytes, zc) = match &tx.op {
+            // The simulation runs the tag family and wireup; it has no remote memory.
+            TxOp::Rma(_) => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
+            TxOp::Flush { .. } => return TxResult::of(TxStatus::Done),
             TxOp::Short { tag, data } => {
                 let mut b = tag.to_le_bytes().to_vec();
                 b.extend_from_slice(data.contig_bytes().unwrap_or(&[]));

@@ -31,6 +31,7 @@ fn cfg() -> SimConfig {
             zcopy_max: 1024,
             scheme: RndvScheme::Auto,
             rndv: Some(RndvCaps { get: true, put: true, max_zcopy: 1 << 20 }),
+            uct_lanes: 2,
         },
         p2p: false,
         immediate: false,

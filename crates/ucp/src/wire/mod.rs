@@ -33,6 +33,7 @@ use ucs::Status;
 
 mod eager;
 mod msg;
+pub mod rkey;
 mod rndv;
 pub mod wireup;
 

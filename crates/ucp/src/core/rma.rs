@@ -1,0 +1,532 @@
+//! The driver's half of remote memory access and atomics: remote keys unpacked onto an
+//! endpoint's lanes (`ucp_ep_rkey_unpack`, UCX's rkey configuration), the start of an
+//! operation (bounds, route, the direct call), its transmissions as uct calls, and the flush
+//! of a lane.
+
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use ucs::idtable::Id;
+use ucs::{Outcome, Status, UcsResult};
+
+use super::lanes::EpLanes;
+use super::Core;
+use crate::config::Thresh;
+use crate::dt::UserBuf;
+use crate::engine::{Lane, TxResult, TxStatus};
+use crate::proto::select::{select_rma, AmoCaps, RkeyRoutes, RmaCaps, RmaOpKind, RmaProto, RmaRoute};
+use crate::request::{RequestFlags, RequestParam};
+use crate::rma::{AmoArgs, RmaReq, RmaTx};
+use crate::wire::rkey::PackedRkey;
+
+/// A remote key unpacked on an endpoint.
+pub(crate) struct Rkey {
+    /// The endpoint it was unpacked on.
+    pub ep: Id,
+    /// The region on the peer.
+    pub base: u64,
+    pub len: u64,
+    /// The transport key of each lane of the endpoint that has one.
+    pub keys: Vec<Option<uct::RemoteKey>>,
+    /// Which lane takes each kind of operation.
+    pub routes: RkeyRoutes,
+    /// Where the region is mapped in this process, if a transport mapped it (`rkey_ptr`).
+    pub local: Option<(NonNull<u8>, usize)>,
+    /// The components the key had entries for (for messages).
+    pub components: String,
+}
+
+/// The user's operation, as the API hands it to the driver.
+pub(crate) struct RmaOp {
+    pub kind: RmaOpKind,
+    pub buf: UserBuf,
+    pub remote: u64,
+    pub rkey: Id,
+    pub amo: AmoArgs,
+}
+
+fn op_name(kind: RmaOpKind) -> &'static str {
+    match kind {
+        RmaOpKind::Put => "put",
+        RmaOpKind::Get => "get",
+        RmaOpKind::Amo { .. } => "atomic",
+    }
+}
+
+impl Core {
+    /// Unpacks a peer's packed remote key on endpoint `ep_id` (`ucp_ep_rkey_unpack`): every
+    /// field is checked, each lane of the endpoint gets the key of its memory domain, and the
+    /// routes of puts, gets and atomics are resolved once.
+    pub fn rkey_unpack(&self, ep_id: Id, bytes: &[u8]) -> UcsResult<Id> {
+        let packed = PackedRkey::decode(bytes).map_err(|e| {
+            tracing::error!("rkey_unpack: {e}");
+            Status::from(e)
+        })?;
+        let io = {
+            let e = self.engine.borrow();
+            let Some(ep) = e.sh.eps.get(ep_id) else {
+                tracing::error!("rkey_unpack: endpoint {ep_id:?} does not exist (closed?)");
+                return Err(Status::InvalidParam);
+            };
+            if ep.remote.uuid != packed.uuid {
+                tracing::error!(
+                    "rkey_unpack: the key was packed by worker {:#x}, not by this endpoint's peer '{}' ({:#x})",
+                    packed.uuid,
+                    ep.remote.name,
+                    ep.remote.uuid
+                );
+                return Err(Status::InvalidParam);
+            }
+            ep.io.clone()
+        };
+        let mut keys: Vec<Option<uct::RemoteKey>> = Vec::with_capacity(io.uct_eps.len());
+        let mut first_err = None;
+        for l in &io.uct_eps {
+            let md = &self.ifaces[l.pair.local].md;
+            let comp = md.component();
+            let entry = packed.entries.iter().find(|e| e.component == comp.name());
+            let key = match entry {
+                Some(e) => match comp.rkey_unpack(e.key) {
+                    Ok(k) if k.base() <= packed.address && k.length() >= packed.length => Some(k),
+                    Ok(k) => {
+                        tracing::error!(
+                            "rkey_unpack: the {} key covers {:#x}+{}, not the region {:#x}+{}",
+                            e.component,
+                            k.base(),
+                            k.length(),
+                            packed.address,
+                            packed.length
+                        );
+                        first_err.get_or_insert(Status::InvalidParam);
+                        None
+                    }
+                    Err(err) => {
+                        tracing::warn!("rkey_unpack: the {} key does not unpack here: {err}", e.component);
+                        first_err.get_or_insert(err);
+                        None
+                    }
+                },
+                None => None,
+            };
+            keys.push(key);
+        }
+        if keys.iter().all(Option::is_none) {
+            let names: Vec<&str> = packed.entries.iter().map(|e| e.component).collect();
+            tracing::error!(
+                "rkey_unpack: no lane of this endpoint can use the key (it has keys for: {})",
+                if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
+            );
+            return Err(first_err.unwrap_or(Status::Unreachable));
+        }
+        let routes = self.routes(&io, &keys);
+        let local = keys.iter().flatten().find_map(|k| {
+            let (map, len) = k.local_mapping()?;
+            // The mapping covers the key's region from its base.
+            let off = usize::try_from(packed.address.checked_sub(k.base())?).ok()?;
+            let avail = len.checked_sub(off)?;
+            if (avail as u64) < packed.length {
+                return None;
+            }
+            Some((NonNull::new(map.as_ptr().wrapping_add(off))?, packed.length as usize))
+        });
+        let rkey = Rkey {
+            ep: ep_id,
+            base: packed.address,
+            len: packed.length,
+            keys,
+            routes,
+            local,
+            components: packed.entries.iter().map(|e| e.component).collect::<Vec<_>>().join(","),
+        };
+        Ok(self.rkeys.borrow_mut().insert(Rc::new(rkey)))
+    }
+
+    /// Releases an unpacked key (`ucp_rkey_destroy`). Operations still queued with it fail.
+    pub fn rkey_destroy(&self, id: Id) {
+        let gone = self.rkeys.borrow_mut().remove(id);
+        drop(gone);
+    }
+
+    /// The address in this process of remote address `addr` of key `id` (`ucp_rkey_ptr`):
+    /// where a shared-memory transport mapped the region. `Unreachable` when no transport
+    /// mapped it; `OutOfRange` outside the region.
+    pub fn rkey_ptr(&self, id: Id, addr: u64) -> UcsResult<*mut u8> {
+        let rkeys = self.rkeys.borrow();
+        let k = rkeys.get(id).ok_or(Status::InvalidParam)?;
+        let (map, len) = k.local.ok_or(Status::Unreachable)?;
+        let off =
+            addr.checked_sub(k.base).filter(|&o| o < len as u64 || (o == 0 && len == 0)).ok_or(Status::OutOfRange)?;
+        Ok(map.as_ptr().wrapping_add(off as usize))
+    }
+
+    /// The routes of a key whose transport keys are `keys` on the lanes `io`.
+    fn routes(&self, io: &EpLanes, keys: &[Option<uct::RemoteKey>]) -> RkeyRoutes {
+        use uct::IfaceFlags as F;
+        let cfg = self.ctx.config();
+        let caps = |lane: u8, get: bool| -> Option<RmaCaps> {
+            keys.get(lane as usize)?.as_ref()?;
+            let attr = &self.ifaces[io.uct_eps[lane as usize].pair.local].attr;
+            let (ops, f_short, f_bcopy, f_zcopy) = if get {
+                (&attr.get, F::GET_SHORT, F::GET_BCOPY, F::GET_ZCOPY)
+            } else {
+                (&attr.put, F::PUT_SHORT, F::PUT_BCOPY, F::PUT_ZCOPY)
+            };
+            let has = |f: F, v: usize| if attr.flags.contains(f) { v } else { 0 };
+            let c = RmaCaps {
+                lane,
+                short_max: has(f_short, ops.max_short),
+                bcopy_max: has(f_bcopy, ops.max_bcopy),
+                zcopy_max: has(f_zcopy, ops.max_zcopy),
+                zcopy_thresh: match cfg.zcopy_thresh {
+                    Thresh::Fixed(t) => t,
+                    Thresh::Auto => has(f_bcopy, ops.max_bcopy).saturating_add(1),
+                },
+            };
+            (c.short_max > 0 || c.bcopy_max > 0 || c.zcopy_max > 0).then_some(c)
+        };
+        let put = io.rma.iter().find_map(|&l| caps(l, false));
+        let get = io.rma.iter().find_map(|&l| caps(l, true));
+        let amo = io.amo.filter(|&l| keys.get(l as usize).is_some_and(Option::is_some)).map(|lane| {
+            let attr = &self.ifaces[io.uct_eps[lane as usize].pair.local].attr;
+            AmoCaps {
+                lane,
+                post32: attr.atomic32.op_flags,
+                post64: attr.atomic64.op_flags,
+                fetch32: attr.atomic32.fop_flags,
+                fetch64: attr.atomic64.fop_flags,
+            }
+        });
+        RkeyRoutes { put, get, amo }
+    }
+
+    /// Starts a remote memory access or atomic on endpoint `ep_id`; `Ok(None)`: completed at
+    /// once.
+    pub fn rma_start(&self, ep_id: Id, op: RmaOp, param: RequestParam) -> UcsResult<Option<Id>> {
+        let name = op_name(op.kind);
+        let rkey = self.rkeys.borrow().get(op.rkey).cloned().ok_or_else(|| {
+            tracing::error!("{name}: the remote key was destroyed");
+            Status::InvalidParam
+        })?;
+        if rkey.ep != ep_id {
+            tracing::error!("{name}: the remote key was unpacked on another endpoint");
+            return Err(Status::InvalidParam);
+        }
+        let (len, contig) = match op.kind {
+            RmaOpKind::Amo { size, .. } => (size as usize, true),
+            _ => (op.buf.len(), op.buf.contig_seg().is_some()),
+        };
+        // Beyond C UCX: an access outside the region the key describes is refused here.
+        let inside =
+            op.remote.checked_sub(rkey.base).and_then(|o| o.checked_add(len as u64)).is_some_and(|e| e <= rkey.len);
+        if !inside {
+            tracing::error!(
+                "{name}: {len} bytes at {:#x} are outside the remote region {:#x}+{}",
+                op.remote,
+                rkey.base,
+                rkey.len
+            );
+            return Err(Status::OutOfRange);
+        }
+        if let RmaOpKind::Amo { size, .. } = op.kind {
+            if op.remote % size as u64 != 0 {
+                tracing::error!("atomic: remote address {:#x} is not aligned to the operand's {size} bytes", op.remote);
+                return Err(Status::InvalidParam);
+            }
+        }
+        let error = self.engine.borrow().sh.eps.get(ep_id).map(|e| e.error());
+        match error {
+            None => {
+                tracing::error!("{name}: endpoint {ep_id:?} does not exist (closed?)");
+                return Err(Status::InvalidParam);
+            }
+            Some(Some(e)) => return Err(e),
+            Some(None) => {}
+        }
+        let no_imm = param.flags.contains(RequestFlags::NO_IMM_CMPL);
+        if len == 0 && !matches!(op.kind, RmaOpKind::Amo { .. }) {
+            // Nothing to move: complete at once.
+            if !no_imm {
+                return Ok(None);
+            }
+            return Ok(Some(self.with_engine(|e| {
+                let rid = e.sh.reqs.tab.insert(crate::request::ReqState::new(
+                    crate::request::ReqKind::Done,
+                    param.callback,
+                    param.callback_fn,
+                    param.detached,
+                ));
+                e.sh.finish(rid, Status::Ok);
+                rid
+            })));
+        }
+        let Some(route) = select_rma(&rkey.routes, op.kind, len, contig) else {
+            tracing::error!(
+                "{name} of {len} bytes{}: no lane of this endpoint reaches that memory with that operation \
+                 (the key has entries for: {})",
+                if contig { "" } else { " from an iov list" },
+                rkey.components
+            );
+            return Err(Status::Unsupported);
+        };
+        // The direct path: one transport call that completes at once, on a ready endpoint.
+        let direct = !no_imm
+            && match (op.kind, route.proto) {
+                (RmaOpKind::Put | RmaOpKind::Get, RmaProto::Short) => len <= route.piece,
+                (RmaOpKind::Put, RmaProto::Bcopy) => len <= route.piece,
+                (RmaOpKind::Amo { fetch: false, .. }, RmaProto::Amo) => true,
+                _ => false,
+            };
+        let io = {
+            let mut e = self.engine.borrow_mut();
+            match e.sh.eps.get(ep_id) {
+                Some(ep) if direct && ep.ready() => {
+                    let io = ep.io.clone();
+                    e.sh.rma_touched(ep_id);
+                    Some(io)
+                }
+                _ => None,
+            }
+        };
+        if let Some(io) = io {
+            let key = rkey.keys[route.lane as usize].as_ref().ok_or(Status::Unsupported)?;
+            let uep = io.uct(Lane::Uct(route.lane));
+            let mut tmp = [0u8; SHORT_BUF];
+            let r = match op.kind {
+                RmaOpKind::Put if route.proto == RmaProto::Short => match short_bytes(&op.buf, 0, len, &mut tmp) {
+                    Some(b) => uep.put_short(b, op.remote, key),
+                    None => Err(Status::InvalidParam),
+                },
+                RmaOpKind::Put => {
+                    uep.put_bcopy(&mut |dst| pack(dst, &op.buf, 0, len), op.remote, key).map(|o| o.map(|_| ()))
+                }
+                RmaOpKind::Get => get_short(uep, &op.buf, 0, len, op.remote, key, &mut tmp),
+                RmaOpKind::Amo { op: aop, size, .. } => {
+                    if size == 4 {
+                        uep.atomic32_post(aop, op.amo.value as u32, op.remote, key)
+                    } else {
+                        uep.atomic64_post(aop, op.amo.value, op.remote, key)
+                    }
+                }
+            };
+            return match r {
+                Ok(Outcome::Done(())) => Ok(None),
+                Ok(Outcome::NoResource) => {
+                    let rid = self.queue_rma(ep_id, op, route, param, true);
+                    if io.park(Lane::Uct(route.lane), &self.weak) {
+                        self.engine.borrow_mut().sh.parked(ep_id);
+                    }
+                    Ok(Some(rid))
+                }
+                Ok(Outcome::InProgress) => Ok(None),
+                Err(e) => {
+                    tracing::debug!("{name} failed: {e}");
+                    Err(e)
+                }
+            };
+        }
+        let rid = self.queue_rma(ep_id, op, route, param, false);
+        Ok(Some(rid))
+    }
+
+    /// Queues an operation on its endpoint (transmitted at once when the endpoint can).
+    fn queue_rma(&self, ep_id: Id, op: RmaOp, route: RmaRoute, param: RequestParam, blocked: bool) -> Id {
+        let req = RmaReq {
+            ep: ep_id,
+            kind: op.kind,
+            buf: op.buf,
+            remote: op.remote,
+            rkey: op.rkey,
+            route,
+            amo: op.amo,
+            offset: 0,
+            inflight: 0,
+            error: None,
+            hint: param.hint(),
+        };
+        self.with_engine(|e| e.sh.rma_queue(req, param, blocked))
+    }
+
+    /// Makes one transmission of a remote memory access or atomic on `lanes`.
+    pub(crate) fn exec_rma(&self, lanes: &EpLanes, lane: u8, t: &RmaTx) -> TxResult {
+        let fail = |s| TxResult::of(TxStatus::Failed(s));
+        let Some(rkey) = self.rkeys.borrow().get(t.rkey).cloned() else {
+            tracing::warn!("{}: the remote key was destroyed while the operation waited", op_name(t.kind));
+            return fail(Status::InvalidParam);
+        };
+        let Some(key) = rkey.keys.get(lane as usize).and_then(Option::as_ref) else { return fail(Status::Unsupported) };
+        let Some(l) = lanes.uct_eps.get(lane as usize) else { return fail(Status::InvalidParam) };
+        let ep = &*l.ep;
+        let mut tmp = [0u8; SHORT_BUF];
+        let (off, len) = (t.offset, t.len);
+        match (t.kind, t.proto) {
+            (RmaOpKind::Put, RmaProto::Short) => match short_bytes(&t.buf, off, len, &mut tmp) {
+                Some(b) => TxResult::from_uct(ep.put_short(b, t.remote, key)),
+                None => fail(Status::InvalidParam),
+            },
+            (RmaOpKind::Put, RmaProto::Bcopy) => {
+                TxResult::from_uct(ep.put_bcopy(&mut |dst| pack(dst, &t.buf, off, len), t.remote, key))
+            }
+            (RmaOpKind::Get, RmaProto::Short) => {
+                TxResult::from_uct(get_short(ep, &t.buf, off, len, t.remote, key, &mut tmp))
+            }
+            (RmaOpKind::Get, RmaProto::Bcopy) => {
+                let Some(run) = t.buf.run_at(off).and_then(|s| s.sub(0, len)) else {
+                    return fail(Status::InvalidParam);
+                };
+                let (comp, slot) = self.zc_completion(t.token);
+                // SAFETY: `run` is user memory of the operation, writable without other access
+                // until it completes (its `UserBuf`'s contract); the engine completes it only
+                // after this piece's completion. The key stays alive in the slot until then.
+                let r = unsafe { ep.get_bcopy(run.ptr, run.len, t.remote, key, Some(&comp)) };
+                keep_if_started(&slot, &r, None, &rkey);
+                TxResult::from_uct(r)
+            }
+            (RmaOpKind::Put | RmaOpKind::Get, RmaProto::Zcopy) => {
+                let Some(seg) = t.buf.contig_seg().and_then(|s| s.sub(off, len)) else {
+                    return fail(Status::InvalidParam);
+                };
+                let iface = l.pair.local;
+                let memh = match self.memh_for(t.hint, iface, seg) {
+                    Ok(m) => m,
+                    Err(e) => return fail(e),
+                };
+                let (comp, slot) = self.zc_completion(t.token);
+                let iov = [uct::Iov::new(seg.ptr, seg.len, Some(&memh))];
+                // SAFETY: as for a get above; a put only reads the memory, which stays
+                // unmodified until the operation completes. The registration and the key stay
+                // in the slot until the completion fires.
+                let r = unsafe {
+                    if t.kind == RmaOpKind::Get {
+                        ep.get_zcopy(&iov, t.remote, key, Some(&comp))
+                    } else {
+                        ep.put_zcopy(&iov, t.remote, key, Some(&comp))
+                    }
+                };
+                keep_if_started(&slot, &r, Some(memh), &rkey);
+                TxResult::from_uct(r)
+            }
+            (RmaOpKind::Amo { op, fetch, size }, RmaProto::Amo) => {
+                let v = t.amo.value;
+                if !fetch {
+                    return TxResult::from_uct(if size == 4 {
+                        ep.atomic32_post(op, v as u32, t.remote, key)
+                    } else {
+                        ep.atomic64_post(op, v, t.remote, key)
+                    });
+                }
+                let Some(res) =
+                    t.buf.contig_seg().filter(|s| s.len == size as usize && (s.ptr as usize) % size as usize == 0)
+                else {
+                    return fail(Status::InvalidParam);
+                };
+                let (comp, slot) = self.zc_completion(t.token);
+                let c = Some(&comp);
+                // SAFETY: `res` is the operation's result buffer of `size` bytes, aligned
+                // (checked), writable without other access until the operation completes (its
+                // `UserBuf`'s contract), which the engine does only after the completion.
+                let r = unsafe {
+                    match (op, size) {
+                        (uct::AtomicOp::Cswap, 4) => {
+                            ep.atomic_cswap32(t.amo.compare as u32, v as u32, t.remote, key, res.ptr.cast(), c)
+                        }
+                        (uct::AtomicOp::Cswap, _) => {
+                            ep.atomic_cswap64(t.amo.compare, v, t.remote, key, res.ptr.cast(), c)
+                        }
+                        (_, 4) => ep.atomic32_fetch(op, v as u32, res.ptr.cast(), t.remote, key, c),
+                        _ => ep.atomic64_fetch(op, v, res.ptr.cast(), t.remote, key, c),
+                    }
+                };
+                keep_if_started(&slot, &r, None, &rkey);
+                TxResult::from_uct(r)
+            }
+            _ => fail(Status::InvalidParam),
+        }
+    }
+
+    /// Flushes lane `lane` of `lanes`; the completion reports `token` if it finishes later.
+    pub(crate) fn exec_flush(&self, lanes: &EpLanes, lane: u8, token: crate::engine::ZcDone) -> TxResult {
+        let Some(l) = lanes.uct_eps.get(lane as usize) else { return TxResult::of(TxStatus::Done) };
+        let (comp, _) = self.zc_completion(token);
+        TxResult::from_uct(l.ep.flush(uct::FlushFlags::LOCAL, Some(&comp)))
+    }
+
+    /// Starts flushing `eps` (`None`: every endpoint of the worker); `Ok(None)`: nothing to
+    /// wait for.
+    pub fn flush_start(&self, eps: Option<Id>, param: RequestParam) -> UcsResult<Option<Id>> {
+        let r = self.with_engine(|e| {
+            let list: Vec<Id> = match eps {
+                Some(id) => {
+                    if !e.sh.eps.contains(id) {
+                        tracing::error!("flush: endpoint {id:?} does not exist (closed?)");
+                        return Err(Status::InvalidParam);
+                    }
+                    vec![id]
+                }
+                None => e.sh.eps.iter().map(|(id, _)| id).collect(),
+            };
+            e.sh.flush_start(&list, param)
+        })?;
+        if r.is_some() {
+            // Transmit what can go now (the flushes of idle endpoints).
+            self.drain();
+        }
+        Ok(r)
+    }
+
+    /// Fences the worker (`ucp_worker_fence`).
+    pub fn fence(&self) {
+        self.with_engine(|e| e.sh.fence());
+    }
+}
+
+/// The longest short piece copied through the stack (larger short limits use bcopy pieces).
+const SHORT_BUF: usize = 256;
+
+/// Bytes `[off, off + len)` of `buf` as one slice: the buffer's own when contiguous, else
+/// copied into `tmp`.
+fn short_bytes<'a>(buf: &'a UserBuf, off: usize, len: usize, tmp: &'a mut [u8; SHORT_BUF]) -> Option<&'a [u8]> {
+    if let Some(b) = buf.contig_bytes() {
+        return b.get(off..off.checked_add(len)?);
+    }
+    let t = tmp.get_mut(..len)?;
+    buf.copy_out(off, t).ok()?;
+    Some(t)
+}
+
+/// Reads `len` bytes at `remote` with `get_short` into bytes `[off, off + len)` of `buf`.
+fn get_short(
+    ep: &dyn uct::Ep,
+    buf: &UserBuf,
+    off: usize,
+    len: usize,
+    remote: u64,
+    key: &uct::RemoteKey,
+    tmp: &mut [u8; SHORT_BUF],
+) -> ucs::OpResult {
+    let Some(t) = tmp.get_mut(..len) else { return Err(Status::InvalidParam) };
+    let r = ep.get_short(t, remote, key)?;
+    if let Outcome::Done(()) = r {
+        buf.copy_in(off, t)?;
+    }
+    Ok(r)
+}
+
+/// Packs bytes `[off, off + len)` of `buf` into a transport buffer; the length (0, logged, if
+/// it does not fit: a bug, the route sized the piece).
+fn pack(dst: &mut [u8], buf: &UserBuf, off: usize, len: usize) -> usize {
+    match dst.get_mut(..len).map(|d| buf.copy_out(off, d)) {
+        Some(Ok(())) => len,
+        _ => {
+            tracing::error!("put: a {len}-byte piece does not fit the transport's {}-byte buffer", dst.len());
+            0
+        }
+    }
+}
+
+/// Keeps the registration and the key of an operation the transport finishes later until its
+/// completion fires.
+fn keep_if_started(slot: &super::exec::ZcSlot, r: &ucs::OpResult, memh: Option<uct::MemH>, rkey: &Rc<Rkey>) {
+    if let Ok(Outcome::InProgress) = r {
+        slot.keep_rma(memh, rkey.clone());
+    }
+}
