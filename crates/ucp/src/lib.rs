@@ -55,8 +55,9 @@ pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, CloseMode, Endpoint, EpInfo, EventSource, LaneInfo, Message, ProgressDriver, RecvData, RecvFuture,
-    RecvResult, Request, SendData, SendFuture, ThreadMode, Worker, WorkerParams,
+    block_on, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo, EventSource, LaneInfo, MemAttr, Message, Operand,
+    ProgressDriver, RecvData, RecvFuture, RecvResult, RemoteKey, Request, SendData, SendFuture, ThreadMode, Worker,
+    WorkerParams,
 };
 
 pub use ucs::Status;

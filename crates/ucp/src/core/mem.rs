@@ -54,7 +54,7 @@ pub(crate) struct MemMap {
     pub len: usize,
     pub regs: Vec<Option<uct::MemH>>,
     /// Dropped after `regs` (field order): registrations go before the memory.
-    pub backing: Backing,
+    pub _backing: Backing,
 }
 
 impl Core {
@@ -141,7 +141,7 @@ impl Core {
             // SAFETY: the caller keeps the region mapped until unmap, which drops the handles.
             regs.push(Some(unsafe { wi.md.mem_reg(addr, len, uct::MemAccess::all())? }));
         }
-        let id = self.mems.borrow_mut().insert(MemMap { addr: addr as usize, len, regs, backing });
+        let id = self.mems.borrow_mut().insert(MemMap { addr: addr as usize, len, regs, _backing: backing });
         Ok(MemHandle { id, worker: self.address.uuid, address: addr as usize, length: len })
     }
 

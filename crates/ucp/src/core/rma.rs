@@ -174,7 +174,8 @@ impl Core {
             let has = |f: F, v: usize| if attr.flags.contains(f) { v } else { 0 };
             let c = RmaCaps {
                 lane,
-                short_max: has(f_short, ops.max_short),
+                // Short pieces go through a stack buffer (gets, iov lists).
+                short_max: has(f_short, ops.max_short.min(SHORT_BUF)),
                 bcopy_max: has(f_bcopy, ops.max_bcopy),
                 zcopy_max: has(f_zcopy, ops.max_zcopy),
                 zcopy_thresh: match cfg.zcopy_thresh {
@@ -382,7 +383,7 @@ impl Core {
                 TxResult::from_uct(r)
             }
             (RmaOpKind::Put | RmaOpKind::Get, RmaProto::Zcopy) => {
-                let Some(seg) = t.buf.contig_seg().and_then(|s| s.sub(off, len)) else {
+                let Some(seg) = t.buf.run_at(off).and_then(|s| s.sub(0, len)) else {
                     return fail(Status::InvalidParam);
                 };
                 let iface = l.pair.local;

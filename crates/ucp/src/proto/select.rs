@@ -234,8 +234,8 @@ pub(crate) struct RmaRoute {
 /// list) or of an atomic, to memory whose key resolved to `routes`:
 ///
 /// * put and get: short when contiguous and it fits one short operation; zero-copy from
-///   the lane's threshold for contiguous buffers (or when the lane has nothing else); else
-///   bcopy, in as many pieces as it takes;
+///   the lane's threshold for contiguous buffers, or when the lane has no bcopy (then an iov
+///   list goes one piece per entry); else bcopy, in as many pieces as it takes;
 /// * atomics: the lane's atomic when it has that operation at that size.
 ///
 /// `None`: no lane of the endpoint reaches that memory with that operation.
@@ -262,7 +262,7 @@ pub(crate) fn select_rma(routes: &RkeyRoutes, kind: RmaOpKind, len: usize, conti
     if contig && c.short_max > 0 && len <= c.short_max {
         return route(RmaProto::Short, c.short_max);
     }
-    if c.zcopy_max > 0 && contig && (len >= c.zcopy_thresh || c.bcopy_max == 0) {
+    if c.zcopy_max > 0 && ((contig && len >= c.zcopy_thresh) || c.bcopy_max == 0) {
         return route(RmaProto::Zcopy, c.zcopy_max);
     }
     if c.bcopy_max > 0 {
@@ -395,7 +395,7 @@ mod tests {
             (posix, 1 << 20, true, Some((B, 8256))),   // in pieces
             (cma, 0, true, Some((Z, usize::MAX))),
             (cma, 8, true, Some((Z, usize::MAX))),
-            (cma, 8, false, None),                     // zero-copy only, and an iov list
+            (cma, 8, false, Some((Z, usize::MAX))),    // zero-copy only: one piece per iov entry
             (rc, 8, true, Some((Sh, 124))),
             (rc, 4096, true, Some((B, 8192))),
             (rc, 8193, true, Some((Z, 1 << 30))),

@@ -127,7 +127,7 @@ pub(crate) fn next<L>(reqs: &mut Reqs, _ep: &EpState<L>, rid: Id) -> Next {
         return Next::Nothing;
     }
     let mut len = if is_amo { 0 } else { (total - r.offset).min(r.route.piece) };
-    if r.kind == RmaOpKind::Get && r.route.proto != RmaProto::Short {
+    if r.route.proto == RmaProto::Zcopy || (r.kind == RmaOpKind::Get && r.route.proto == RmaProto::Bcopy) {
         // The transport writes one contiguous run per operation.
         len = len.min(r.buf.run_at(r.offset).map_or(len, |s| s.len));
     }

@@ -35,6 +35,7 @@ mod data;
 mod endpoint;
 mod future;
 mod request;
+mod rma;
 
 use data::detach;
 pub use data::{RecvData, RecvResult, SendData};
@@ -42,6 +43,7 @@ pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};
 use future::FutState;
 pub use future::{block_on, EventSource, ProgressDriver, RecvFuture, SendFuture};
 pub use request::Request;
+pub use rma::{AmoFuture, AmoReply, AtomicOp, MemAttr, Operand, RemoteKey};
 
 /// Parameters of [`Worker::new`] (`ucp_worker_params_t`).
 #[derive(Clone, Debug, Default)]
