@@ -85,7 +85,8 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 /// The target's region: allocated by the worker, or the test's own buffer mapped.
 enum Region {
     Alloc(MemHandle),
-    User(MemHandle, Vec<u8>),
+    /// The mapping, and the memory it maps (kept alive until unmapped).
+    User(MemHandle, #[allow(dead_code)] Vec<u8>),
 }
 
 impl Region {
@@ -329,10 +330,8 @@ fn accesses_outside_the_region_are_refused_at_the_origin() {
             // The last byte is inside.
             let at = base + 4095;
             // SAFETY: `data` outlives the request.
-            assert_eq!(
-                p.finish(unsafe { p.ep.put_nbx(SendData::Contig(&data[..1]), at, &key, RequestParam::new()) }),
-                Status::Ok
-            );
+            let r = unsafe { p.ep.put_nbx(SendData::Contig(&data[..1]), at, &key, RequestParam::new()) };
+            assert_eq!(p.finish(r), Status::Ok);
             drop(key);
             region.unmap(&p.b);
         }

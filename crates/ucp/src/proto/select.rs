@@ -386,16 +386,17 @@ mod tests {
         // rc-like: all three.
         let rc = RmaCaps { lane: 0, short_max: 124, bcopy_max: 8192, zcopy_max: 1 << 30, zcopy_thresh: 8193 };
         #[rustfmt::skip]
-        let table: &[(RmaCaps, usize, bool, Option<(RmaProto, usize)>)] = &[
+        type Row = (RmaCaps, usize, bool, Option<(RmaProto, usize)>);
+        let table: &[Row] = &[
             (posix, 0, true, Some((Sh, 100))),
             (posix, 8, true, Some((Sh, 100))),
             (posix, 100, true, Some((Sh, 100))),
             (posix, 101, true, Some((B, 8256))),
-            (posix, 8, false, Some((B, 8256))),        // an iov list is copied
-            (posix, 1 << 20, true, Some((B, 8256))),   // in pieces
+            (posix, 8, false, Some((B, 8256))),      // an iov list is copied
+            (posix, 1 << 20, true, Some((B, 8256))), // in pieces
             (cma, 0, true, Some((Z, usize::MAX))),
             (cma, 8, true, Some((Z, usize::MAX))),
-            (cma, 8, false, Some((Z, usize::MAX))),    // zero-copy only: one piece per iov entry
+            (cma, 8, false, Some((Z, usize::MAX))), // zero-copy only: one piece per iov entry
             (rc, 8, true, Some((Sh, 124))),
             (rc, 4096, true, Some((B, 8192))),
             (rc, 8193, true, Some((Z, 1 << 30))),

@@ -336,8 +336,9 @@ impl Endpoint {
                 0,
             ),
             (true, Some(p)) if !p.is_null() && (p as usize) % size as usize == 0 => {
-                // SAFETY: the caller's promise: valid for `size` bytes, aligned (checked).
                 let compare = if op == AtomicOp::Cswap {
+                    // SAFETY: the caller's promise: valid for reads of `size` bytes; aligned
+                    // (checked above).
                     unsafe {
                         if size == 4 {
                             p.cast::<u32>().read() as u64
