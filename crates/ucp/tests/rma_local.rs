@@ -3,8 +3,8 @@
 //! its user memory), every size class of every route, both kinds of memory, and the errors.
 
 use ucp::{
-    block_on, AtomicOp, Context, ContextParams, Endpoint, Features, IoVec, MemHandle, Operand, RecvData, RemoteKey,
-    RequestParam, SendData, Status, Worker, WorkerParams,
+    AtomicOp, Context, ContextParams, Endpoint, Features, IoVec, MemHandle, Operand, RecvData, RemoteKey, RequestParam,
+    SendData, Status, Worker, WorkerParams,
 };
 
 /// Busy-polling tests of this file run one at a time.
@@ -71,11 +71,39 @@ impl Pair {
         }
     }
 
+    /// Runs a future to completion, progressing both workers (emulated operations need the
+    /// target's progress).
+    fn run<F: std::future::Future>(&self, f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let waker = noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let t0 = std::time::Instant::now();
+        loop {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            self.progress();
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "timed out");
+        }
+    }
+
     /// The key of region `h` of worker `b`, unpacked on the endpoint.
     fn key(&self, h: &MemHandle) -> RemoteKey {
         let packed = self.b.rkey_pack(h).unwrap();
         self.ep.rkey_unpack(&packed).unwrap()
     }
+}
+
+/// A waker that does nothing (the loop polls again anyway).
+fn noop_waker() -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
+    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -185,16 +213,18 @@ fn self_put_get_every_size_both_memory_kinds() {
 #[test]
 fn shm_put_get_every_size_both_memory_kinds() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for tls in ["posix,cma", "sysv,cma"] {
+    // Without cma, user memory is reached by emulation over active messages.
+    for tls in ["posix,cma", "sysv,cma", "posix"] {
         let p = Pair::new(tls, &[]);
         put_get_all_sizes(&p, true);
         put_get_all_sizes(&p, false);
     }
 }
 
-/// Every atomic on 32 and 64 bits against the model, on memory the target allocated.
-fn atomics_match_the_model(p: &Pair) {
-    let region = Region::new(&p.b, 64, true);
+/// Every atomic on 32 and 64 bits against the model, on memory the target allocated or its
+/// own (over cma: emulated).
+fn atomics_match_the_model(p: &Pair, alloc: bool) {
+    let region = Region::new(&p.b, 64, alloc);
     let key = p.key(region.handle());
     let base = region.handle().address as u64;
     let values: [u64; 4] = [0, 1, 0xdead_beef_0123_4567, u64::MAX];
@@ -212,9 +242,9 @@ fn atomics_match_the_model(p: &Pair) {
                 let compare = if v % 2 == 0 { old } else { !old };
                 let r = if op == AtomicOp::Cswap {
                     let c = if bits == 32 { Operand::U32(compare as u32) } else { Operand::U64(compare) };
-                    block_on(p.ep.atomic_cswap(c, operand, at, &key))
+                    p.run(p.ep.atomic_cswap(c, operand, at, &key))
                 } else {
-                    block_on(p.ep.atomic(op, operand, at, &key))
+                    p.run(p.ep.atomic(op, operand, at, &key))
                 };
                 let got = r.unwrap_or_else(|e| panic!("{op:?}/{bits}: {e}"));
                 if op.fetches() {
@@ -241,9 +271,11 @@ fn atomics_match_the_model(p: &Pair) {
 #[test]
 fn atomics_over_self_and_shared_memory() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    atomics_match_the_model(&Pair::new("self", &[]));
-    atomics_match_the_model(&Pair::new("posix,cma", &[]));
-    atomics_match_the_model(&Pair::new("sysv", &[]));
+    for tls in ["self", "posix,cma", "sysv"] {
+        let p = Pair::new(tls, &[]);
+        atomics_match_the_model(&p, true);
+        atomics_match_the_model(&p, false);
+    }
 }
 
 #[test]
@@ -298,7 +330,7 @@ fn raw_atomic_replies_and_cswap_compare_in_the_reply() {
     };
     assert_eq!(r.err(), Some(Status::InvalidParam));
     // A misaligned remote location too.
-    let r = block_on(p.ep.atomic(AtomicOp::Add, Operand::U64(1), at + 4, &key));
+    let r = p.run(p.ep.atomic(AtomicOp::Add, Operand::U64(1), at + 4, &key));
     assert_eq!(r, Err(Status::InvalidParam));
     drop(key);
     region.unmap(&p.b);
@@ -324,7 +356,7 @@ fn accesses_outside_the_region_are_refused_at_the_origin() {
                 let r = unsafe { p.ep.get_nbx(RecvData::Contig(&mut back), at, &key, RequestParam::new()) };
                 assert_eq!(r.err(), Some(Status::OutOfRange));
             }
-            let r = block_on(p.ep.atomic(AtomicOp::Fadd, Operand::U64(1), base + 4096, &key));
+            let r = p.run(p.ep.atomic(AtomicOp::Fadd, Operand::U64(1), base + 4096, &key));
             assert_eq!(r, Err(Status::OutOfRange));
             assert!(region.bytes().iter().all(|&b| b == 0x11), "nothing was written");
             // The last byte is inside.
@@ -495,4 +527,40 @@ fn rma_before_wireup_completes_queues_and_goes() {
     assert_eq!(got, &data[..]);
     drop((r, f, key));
     b.mem_unmap(region).unwrap();
+}
+
+#[test]
+fn emulated_operations_on_memory_the_target_unmapped_are_refused_by_the_target() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // posix alone: the target's user memory is reached by emulation only.
+    let p = Pair::new("posix", &[]);
+    let region = Region::new(&p.b, 4096, false);
+    let key = p.key(region.handle());
+    let base = region.handle().address as u64;
+    // While mapped: a put, flushed, is there.
+    let data = pattern(100, 3);
+    // SAFETY: `data` outlives the request.
+    let r = unsafe { p.ep.put_nbx(SendData::Contig(&data), base, &key, RequestParam::new()) };
+    assert_eq!(p.finish(r), Status::Ok);
+    assert_eq!(p.finish(p.ep.flush_nbx(RequestParam::new())), Status::Ok);
+    assert_eq!(&region.bytes()[..100], &data[..]);
+    // The target unmaps it; the origin still has the key.
+    region.unmap(&p.b);
+    // A put completes locally, and the flush reports the target's refusal.
+    // SAFETY: as above.
+    let r = unsafe { p.ep.put_nbx(SendData::Contig(&data), base, &key, RequestParam::new()) };
+    assert_eq!(p.finish(r), Status::Ok);
+    assert_eq!(p.finish(p.ep.flush_nbx(RequestParam::new())), Status::OutOfRange);
+    // A get and a fetching atomic fail with the target's refusal.
+    let mut back = vec![0u8; 100];
+    // SAFETY: `back` outlives the request.
+    let r = unsafe { p.ep.get_nbx(RecvData::Contig(&mut back), base, &key, RequestParam::new()) };
+    assert_eq!(p.finish(r), Status::OutOfRange);
+    let got = p.run(p.ep.atomic(AtomicOp::Fadd, Operand::U64(1), base, &key));
+    assert_eq!(got, Err(Status::OutOfRange));
+    // A post atomic: refused, reported at the next flush; the flush after that is clean.
+    let f = p.ep.atomic(AtomicOp::Add, Operand::U64(1), base, &key);
+    assert_eq!(p.run(f), Ok(Operand::U64(1)));
+    assert_eq!(p.finish(p.ep.flush_nbx(RequestParam::new())), Status::OutOfRange);
+    assert_eq!(p.finish(p.ep.flush_nbx(RequestParam::new())), Status::Ok);
 }

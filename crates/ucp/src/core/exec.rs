@@ -143,6 +143,7 @@ impl Core {
                 crate::engine::Lane::Uct(l) => self.exec_rma(lanes, l, t),
                 _ => TxResult::of(TxStatus::Failed(Status::InvalidParam)),
             },
+            TxOp::RmaGetData { reply, len } => self.exec_get_data(lanes, reply, *len),
             TxOp::Flush { token } => match tx.lane {
                 crate::engine::Lane::Uct(l) => self.exec_flush(lanes, l, *token),
                 _ => TxResult::of(TxStatus::Done),

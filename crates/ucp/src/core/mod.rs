@@ -31,6 +31,7 @@ pub(crate) mod iface;
 pub(crate) mod lanes;
 mod mem;
 pub(crate) mod rma;
+mod rma_target;
 mod send;
 pub(crate) mod wakeup;
 
@@ -414,6 +415,9 @@ impl Core {
 
     /// An active message other than eager arrived.
     pub fn on_am(&self, id: u8, m: uct::AmRecv<'_>) {
+        if rma_target::is_target_id(id) {
+            return self.rma_target(id, m.data());
+        }
         let d = self.with_engine(|e| e.on_am(id, m));
         if let Some(d) = d {
             d.run();

@@ -111,12 +111,13 @@ impl Core {
             keys.push(key);
         }
         if keys.iter().all(Option::is_none) {
-            let names: Vec<&str> = packed.entries.iter().map(|e| e.component).collect();
-            tracing::error!(
-                "rkey_unpack: no lane of this endpoint can use the key (it has keys for: {})",
-                if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
-            );
-            return Err(first_err.unwrap_or(Status::Unreachable));
+            if let Some(e) = first_err {
+                // Its memory domains' keys are stale (the peer unmapped the region, say).
+                tracing::error!("rkey_unpack: no transport key of the remote key is valid: {e}");
+                return Err(e);
+            }
+            // No lane reaches that memory itself: every operation is emulated over active
+            // messages, and the peer checks what it is asked to touch.
         }
         let routes = self.routes(&io, &keys);
         let local = keys.iter().flatten().find_map(|k| {
@@ -187,17 +188,29 @@ impl Core {
         };
         let put = io.rma.iter().find_map(|&l| caps(l, false));
         let get = io.rma.iter().find_map(|&l| caps(l, true));
-        let amo = io.amo.filter(|&l| keys.get(l as usize).is_some_and(Option::is_some)).map(|lane| {
+        // One mechanism per location: the atomic lane serves a key only if it does every
+        // operation, at every size the context asked for; otherwise every atomic on that
+        // memory is emulated (the target's CPU atomics, as the shared-memory lanes use).
+        let features = self.ctx.features();
+        let post = uct::AtomicOps::ADD | uct::AtomicOps::AND | uct::AtomicOps::OR | uct::AtomicOps::XOR;
+        let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
+        let amo = io.amo.filter(|&l| keys.get(l as usize).is_some_and(Option::is_some)).and_then(|lane| {
             let attr = &self.ifaces[io.uct_eps[lane as usize].pair.local].attr;
-            AmoCaps {
+            let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
+            let ok = (!features.contains(crate::context::Features::AMO32) || full(&attr.atomic32))
+                && (!features.contains(crate::context::Features::AMO64) || full(&attr.atomic64));
+            ok.then_some(AmoCaps {
                 lane,
                 post32: attr.atomic32.op_flags,
                 post64: attr.atomic64.op_flags,
                 fetch32: attr.atomic32.fop_flags,
                 fetch64: attr.atomic64.fop_flags,
-            }
+            })
         });
-        RkeyRoutes { put, get, amo }
+        // Emulation over the AM lane: a put piece is one active message after its header.
+        let am_bcopy = self.ifaces[io.uct_eps[io.am_idx].pair.local].attr.am.max_bcopy;
+        let sw_put_piece = am_bcopy.checked_sub(16).filter(|&n| n > 0);
+        RkeyRoutes { put, get, amo, sw_put_piece }
     }
 
     /// Starts a remote memory access or atomic on endpoint `ep_id`; `Ok(None)`: completed at

@@ -38,6 +38,13 @@ impl<L: Clone> Engine<L> {
             Ok(Msg::RndvData(h, payload)) => rndv::on_data(sh, h, payload),
             Ok(Msg::Atp(h)) => rndv::on_atp(sh, h),
             Ok(Msg::Wireup(w)) => self.conn.on_wireup(sh, &w),
+            Ok(Msg::RmaGetRep(h, payload)) => crate::rma::sw::on_get_rep(sh, h, payload),
+            Ok(Msg::AmoRep(h)) => crate::rma::sw::on_amo_rep(sh, h),
+            Ok(Msg::RmaFlush(h)) => crate::rma::sw::on_flush(sh, h),
+            // Applied to memory by the driver, which never hands them here.
+            Ok(Msg::RmaPut(..) | Msg::RmaGet(_) | Msg::Amo(_)) => {
+                tracing::warn!("ucp: {} reached the engine; dropped", wire::am_name(id))
+            }
             Ok(Msg::Eager(h, _)) => tracing::warn!("ucp: eager message {:#x} on the wrong id; dropped", h.tag),
             Ok(Msg::EagerSync(h, _)) => tracing::warn!("ucp: eager sync message {:#x} on the wrong id; dropped", h.tag),
             Err(e) => malformed(e),

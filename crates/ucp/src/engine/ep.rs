@@ -92,6 +92,12 @@ pub(crate) struct EpState<L> {
     pub busy: bool,
     /// Remote memory access went out since the last flush or fence (a fence waits for it).
     pub rma_dirty: bool,
+    /// Emulated puts or atomics went out since the last flush: the flush ends with a flush
+    /// message, answered by the peer once it applied them.
+    pub sw_unacked: bool,
+    /// The first emulated operation of the peer this worker refused since the peer's last
+    /// flush (reported in the flush reply).
+    pub sw_error: Option<Status>,
 }
 
 impl<L> EpState<L> {
@@ -116,6 +122,8 @@ impl<L> EpState<L> {
             park: Park::No,
             busy: false,
             rma_dirty: false,
+            sw_unacked: false,
+            sw_error: None,
         }
     }
 
@@ -300,7 +308,9 @@ impl<L: Clone> Shared<L> {
                     && match &r.kind {
                         ReqKind::Send(s) => s.ep == id && !s.zc.as_ref().is_some_and(|z| z.busy()),
                         // A piece in flight may still access the memory: its completion ends it.
-                        ReqKind::Rma(r) => r.ep == id && r.inflight == 0,
+                        ReqKind::Rma(r) => {
+                            r.ep == id && (r.inflight == 0 || r.route.proto == crate::proto::select::RmaProto::Sw)
+                        }
                         ReqKind::Recv(rr) => rr
                             .zc
                             .as_ref()

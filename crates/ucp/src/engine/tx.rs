@@ -83,6 +83,9 @@ pub(crate) enum TxOp {
     Rma(crate::rma::RmaTx),
     /// Flush the transmission's lane; the completion reports `token`.
     Flush { token: ZcDone },
+    /// `len` bytes of an emulated get's reply, from the target's mapped memory (the driver
+    /// checks the region is still mapped, else sends the refusal).
+    RmaGetData { reply: crate::rma::sw::GetReply, len: usize },
 }
 
 /// What a transmission advances, so the engine can check it still applies when it returns.
@@ -96,6 +99,8 @@ pub(crate) enum TxOf {
     Req { rid: Id, offset: usize, len: usize },
     /// The flush (or fence) at the front of the data queue.
     Flush,
+    /// A piece of the get reply at the front of the data queue.
+    Reply,
 }
 
 /// One transmission: the endpoint's lanes (the driver's), which lane, what to send, and what
@@ -199,4 +204,6 @@ pub(crate) enum Pending {
     Rma(Id),
     /// A flush or fence.
     Flush(crate::rma::flush::FlushPos),
+    /// The reply to a peer's emulated get.
+    RmaGetRep(crate::rma::sw::GetReply),
 }

@@ -72,14 +72,22 @@ impl<L: Clone> Shared<L> {
                 &Pending::Get(rid) => (rndv::get_next(reqs, ep, id, rid), Some(rid)),
                 &Pending::Put(rid) => (rndv::put_next(reqs, ep, id, rid), Some(rid)),
                 &Pending::Rma(rid) => (crate::rma::next(reqs, ep, rid), Some(rid)),
+                Pending::RmaGetRep(g) => (crate::rma::sw::reply_next(ep, g), None),
                 &Pending::Flush(pos) => {
                     if pos.waiting {
                         (Next::Wait, None)
                     } else if pos.lane >= ep.cfg.uct_lanes {
-                        if let Some(rid) = pos.rid {
-                            crate::rma::flush::ep_flushed(reqs, actions, rid, Status::Ok);
+                        // Then the emulated operations, if any went out.
+                        let sw = if pos.lane == ep.cfg.uct_lanes { Shared::sw_flush_next(ep) } else { None };
+                        match sw {
+                            Some(next) => (next, None),
+                            None => {
+                                if let Some(rid) = pos.rid {
+                                    crate::rma::flush::ep_flushed(reqs, actions, rid, Status::Ok);
+                                }
+                                (Next::Nothing, None)
+                            }
                         }
-                        (Next::Nothing, None)
                     } else {
                         let token = ZcDone::Flush { ep: id };
                         (Next::Tx(Lane::Uct(pos.lane), TxOp::Flush { token }, TxOf::Flush), None)
@@ -268,6 +276,16 @@ impl<L: Clone> Shared<L> {
                 }
             }
             TxOf::Flush => self.flush_lane_done(id, res),
+            TxOf::Reply => {
+                let len = if let TxOp::RmaGetData { len, .. } = tx.op { len } else { 0 };
+                let step = self.reply_done(id, len, res);
+                if step == Step::Finished {
+                    if let Some(ep) = self.eps.get_mut(id) {
+                        ep.queue.pop_front();
+                    }
+                }
+                step
+            }
             TxOf::Req { rid, offset, len } => {
                 let front = match ep.queue.front() {
                     Some(&Pending::Send(r)) if r == rid => Pending::Send(r),
@@ -285,7 +303,7 @@ impl<L: Clone> Shared<L> {
                     Pending::Get(_) => rndv::get_done(self, id, rid, res),
                     Pending::Put(_) => rndv::put_done(self, id, rid, res),
                     Pending::Rma(_) => crate::rma::done(self, rid, offset, len, res),
-                    Pending::Ctrl(_) | Pending::Flush(_) => Step::Finished,
+                    Pending::Ctrl(_) | Pending::Flush(_) | Pending::RmaGetRep(_) => Step::Finished,
                 };
                 if step == Step::Finished {
                     if let Some(ep) = self.eps.get_mut(id) {

@@ -194,6 +194,9 @@ pub(crate) struct RkeyRoutes {
     pub get: Option<RmaCaps>,
     /// Atomics.
     pub amo: Option<AmoCaps>,
+    /// Emulation over active messages, for what no lane reaches: the largest piece of an
+    /// emulated put (`None`: the endpoint cannot emulate).
+    pub sw_put_piece: Option<usize>,
 }
 
 /// A remote memory access or atomic, for protocol selection.
@@ -219,6 +222,8 @@ pub(crate) enum RmaProto {
     Zcopy,
     /// One transport atomic (CPU atomics on mapped memory, or the device's).
     Amo,
+    /// Emulated over active messages: the target applies it to its memory.
+    Sw,
 }
 
 /// The route of an operation: a lane, a protocol, and the largest piece one transport call
@@ -238,8 +243,21 @@ pub(crate) struct RmaRoute {
 ///   list goes one piece per entry); else bcopy, in as many pieces as it takes;
 /// * atomics: the lane's atomic when it has that operation at that size.
 ///
-/// `None`: no lane of the endpoint reaches that memory with that operation.
+/// * otherwise, emulation over active messages where the endpoint can
+///   ([`RkeyRoutes::sw_put_piece`]): puts in pieces of one active message, gets and atomics
+///   as one request the target answers.
+///
+/// `None`: no lane of the endpoint reaches that memory with that operation, and it cannot
+/// emulate it.
 pub(crate) fn select_rma(routes: &RkeyRoutes, kind: RmaOpKind, len: usize, contig: bool) -> Option<RmaRoute> {
+    offload(routes, kind, len, contig).or_else(|| {
+        let piece = routes.sw_put_piece?;
+        Some(RmaRoute { lane: 0, proto: RmaProto::Sw, piece: if kind == RmaOpKind::Put { piece } else { usize::MAX } })
+    })
+}
+
+/// The route of [`select_rma`] on a lane that reaches the memory itself.
+fn offload(routes: &RkeyRoutes, kind: RmaOpKind, len: usize, contig: bool) -> Option<RmaRoute> {
     let c = match kind {
         RmaOpKind::Put => routes.put?,
         RmaOpKind::Get => routes.get?,
@@ -403,14 +421,22 @@ mod tests {
             (rc, 8193, false, Some((B, 8192))),
         ];
         for &(caps, len, contig, want) in table {
-            let routes = RkeyRoutes { put: Some(caps), get: Some(caps), amo: None };
+            let routes = RkeyRoutes { put: Some(caps), get: Some(caps), amo: None, sw_put_piece: None };
             for kind in [RmaOpKind::Put, RmaOpKind::Get] {
                 let got = select_rma(&routes, kind, len, contig).map(|r| (r.proto, r.piece));
                 assert_eq!(got, want, "{kind:?} {caps:?} {len} contig={contig}");
             }
         }
-        // No route at all for a key the endpoint's lanes cannot use.
+        // No route at all for a key the endpoint's lanes cannot use, unless it emulates.
         assert_eq!(select_rma(&RkeyRoutes::default(), RmaOpKind::Put, 8, true), None);
+        let sw = RkeyRoutes { sw_put_piece: Some(8000), ..Default::default() };
+        let put = select_rma(&sw, RmaOpKind::Put, 1 << 20, false).unwrap();
+        assert_eq!((put.proto, put.piece), (RmaProto::Sw, 8000));
+        let get = select_rma(&sw, RmaOpKind::Get, 1 << 20, true).unwrap();
+        assert_eq!((get.proto, get.piece), (RmaProto::Sw, usize::MAX));
+        // A lane that reaches the memory wins over emulation.
+        let both = RkeyRoutes { put: Some(posix), ..sw };
+        assert_eq!(select_rma(&both, RmaOpKind::Put, 8, true).unwrap().proto, Sh);
     }
 
     #[test]
@@ -442,6 +468,10 @@ mod tests {
             let routes = RkeyRoutes { amo: Some(caps), ..Default::default() };
             let got = select_rma(&routes, kind, 0, true);
             assert_eq!(got.is_some(), ok, "{caps:?} {kind:?}");
+            // With emulation, what the lane lacks is emulated.
+            let sw = RkeyRoutes { sw_put_piece: Some(100), ..routes };
+            let r = select_rma(&sw, kind, 0, true).unwrap();
+            assert_eq!(r.proto == RmaProto::Sw, !ok);
             if let Some(r) = got {
                 assert_eq!((r.lane, r.proto), (caps.lane, RmaProto::Amo));
             }

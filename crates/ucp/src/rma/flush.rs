@@ -85,10 +85,16 @@ impl<L: Clone> Shared<L> {
     /// The driver flushed (or could not flush) the lane at the front flush of endpoint `id`.
     pub(crate) fn flush_lane_done(&mut self, id: Id, res: TxResult) -> Step {
         let Some(ep) = self.eps.get_mut(id) else { return Step::Finished };
+        let lanes = ep.cfg.uct_lanes;
         let Some(Pending::Flush(pos)) = ep.queue.front_mut() else { return Step::Finished };
         match res.status {
             TxStatus::NoResource => return Step::Blocked,
             TxStatus::Started => pos.waiting = true,
+            // The flush message of emulated operations went: wait for the peer's reply.
+            TxStatus::Done if pos.lane == lanes => {
+                pos.waiting = true;
+                ep.sw_unacked = false;
+            }
             TxStatus::Done => pos.lane += 1,
             TxStatus::Failed(e) => {
                 pos.lane += 1;

@@ -26,6 +26,7 @@ use crate::proto::select::{RmaOpKind, RmaProto, RmaRoute};
 use crate::request::{ReqKind, ReqState, Reqs};
 
 pub(crate) mod flush;
+pub(crate) mod sw;
 
 /// An atomic's operands: the value, and for a compare-and-swap the value compared.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,7 +49,8 @@ pub(crate) struct RmaReq {
     pub rkey: Id,
     pub route: RmaRoute,
     pub amo: AmoArgs,
-    /// Bytes handed to the transport so far.
+    /// Bytes handed to the transport so far; for an emulated get, once its request went, bytes
+    /// of the target's replies arrived.
     pub offset: usize,
     /// Pieces the transport has not completed yet.
     pub inflight: u32,
@@ -115,7 +117,7 @@ impl<L: Clone> Shared<L> {
 }
 
 /// The next piece of RMA request `rid` on endpoint `ep_id`.
-pub(crate) fn next<L>(reqs: &mut Reqs, _ep: &EpState<L>, rid: Id) -> Next {
+pub(crate) fn next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let Some(ReqState { kind: ReqKind::Rma(r), status: Status::InProgress, .. }) = reqs.tab.get(rid) else {
         return Next::Nothing;
     };
@@ -127,6 +129,9 @@ pub(crate) fn next<L>(reqs: &mut Reqs, _ep: &EpState<L>, rid: Id) -> Next {
         return Next::Nothing;
     }
     let mut len = if is_amo { 0 } else { (total - r.offset).min(r.route.piece) };
+    if r.route.proto == RmaProto::Sw {
+        return sw_next(r, ep, rid, len);
+    }
     if r.route.proto == RmaProto::Zcopy || (r.kind == RmaOpKind::Get && r.route.proto == RmaProto::Bcopy) {
         // The transport writes one contiguous run per operation.
         len = len.min(r.buf.run_at(r.offset).map_or(len, |s| s.len));
@@ -146,17 +151,60 @@ pub(crate) fn next<L>(reqs: &mut Reqs, _ep: &EpState<L>, rid: Id) -> Next {
     Next::Tx(Lane::Uct(r.route.lane), TxOp::Rma(tx), TxOf::Req { rid, offset: r.offset, len })
 }
 
+/// The next message of emulated operation `r` (request `rid`): a piece of a put, or the
+/// request of a get or an atomic.
+fn sw_next<L>(r: &RmaReq, ep: &EpState<L>, rid: Id, len: usize) -> Next {
+    use crate::wire::rma::{AmoReq, GetReq, PutHdr};
+    use crate::wire::{Ctrl, DataHdr};
+    let of = TxOf::Req { rid, offset: r.offset, len };
+    let op = match r.kind {
+        RmaOpKind::Put => TxOp::Bcopy {
+            hdr: DataHdr::RmaPut(PutHdr { ep: ep.remote_id, addr: r.remote.wrapping_add(r.offset as u64) }),
+            data: r.buf,
+            offset: r.offset,
+            len,
+        },
+        RmaOpKind::Get => TxOp::Ctrl(Ctrl::RmaGet(GetReq {
+            ep: ep.remote_id,
+            rreq: rid.raw(),
+            addr: r.remote,
+            len: r.total() as u64,
+        })),
+        RmaOpKind::Amo { op, fetch, size } => TxOp::Ctrl(Ctrl::Amo(AmoReq {
+            ep: ep.remote_id,
+            rreq: rid.raw(),
+            addr: r.remote,
+            value: r.amo.value,
+            compare: r.amo.compare,
+            op,
+            size,
+            fetch,
+        })),
+    };
+    let of = if r.kind == RmaOpKind::Get { TxOf::Req { rid, offset: 0, len: r.total() } } else { of };
+    Next::Tx(Lane::Am, op, of)
+}
+
 /// The driver made (or could not make) piece `[offset, offset + len)` of RMA request `rid`.
 pub(crate) fn done<L: Clone>(sh: &mut Shared<L>, rid: Id, offset: usize, len: usize, res: TxResult) -> Step {
     let Some(ReqState { kind: ReqKind::Rma(r), status: Status::InProgress, .. }) = sh.reqs.tab.get_mut(rid) else {
         return Step::Finished;
     };
+    let sw = r.route.proto == RmaProto::Sw;
+    // An emulated get or fetching atomic waits for the target's reply once its request went.
+    let waits = sw && matches!(r.kind, RmaOpKind::Get | RmaOpKind::Amo { fetch: true, .. });
     match res.status {
         TxStatus::NoResource => return Step::Blocked,
         TxStatus::Failed(e) => {
             r.error.get_or_insert(e);
             // Pieces in flight still report; the request completes after the last of them.
             r.offset = usize::MAX;
+        }
+        TxStatus::Done | TxStatus::Started if waits => {
+            // The reply completes it; `offset` now counts the bytes of the replies.
+            r.inflight = 1;
+            r.offset = 0;
+            return Step::Finished;
         }
         TxStatus::Done => r.offset = offset + len.max(1),
         TxStatus::Started => {
@@ -165,6 +213,14 @@ pub(crate) fn done<L: Clone>(sh: &mut Shared<L>, rid: Id, offset: usize, len: us
         }
     }
     let finished = r.offset >= r.total();
+    if sw && !waits && res.status == TxStatus::Done {
+        // Applied by the peer later: a flush waits for its answer.
+        let ep = r.ep;
+        if let Some(e) = sh.eps.get_mut(ep) {
+            e.sw_unacked = true;
+        }
+    }
+    let Some(ReqState { kind: ReqKind::Rma(r), .. }) = sh.reqs.tab.get_mut(rid) else { return Step::Finished };
     if finished && r.inflight == 0 {
         let status = r.error.unwrap_or(Status::Ok);
         sh.finish(rid, status);

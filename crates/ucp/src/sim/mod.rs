@@ -470,6 +470,7 @@ impl Sim {
             // The simulation runs the tag family and wireup; it has no remote memory.
             TxOp::Rma(_) => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
             TxOp::Flush { .. } => return TxResult::of(TxStatus::Done),
+            TxOp::RmaGetData { .. } => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
             TxOp::Short { tag, data } => {
                 let mut b = tag.to_le_bytes().to_vec();
                 b.extend_from_slice(data.contig_bytes().unwrap_or(&[]));

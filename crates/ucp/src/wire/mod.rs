@@ -21,6 +21,12 @@
 //! | 10 | rndv RTR | [`RtrHdr`] ep, sreq, rreq, address, length, key length (2), key | - |
 //! | 11 | rndv data | [`RndvDataHdr`] rreq, offset (16) | a fragment |
 //! | 12 | rndv ATP | [`Atp`] rreq (8) | - |
+//! | 13 | rma put (emulated) | [`rma::PutHdr`] ep, address (16) | the data |
+//! | 14 | rma get (emulated) | [`rma::GetReq`] ep, rreq, address, length (32) | - |
+//! | 15 | rma get reply | [`rma::GetRep`] rreq, offset, status (20) | a piece of the data |
+//! | 16 | atomic (emulated) | [`rma::AmoReq`] ep, rreq, address, value, compare, op, size, flags (43) | - |
+//! | 17 | atomic reply | [`rma::AmoRep`] rreq, value, status (20) | - |
+//! | 18, 19 | rma flush, reply | [`rma::FlushMsg`] ep, status (12) | - |
 //!
 //! Peers are never trusted beyond the format: `ep` fields hold the *receiver's* endpoint id
 //! for the sender (learned during wireup) so the receiver replies on the right endpoint, and
@@ -34,6 +40,7 @@ use ucs::Status;
 mod eager;
 mod msg;
 pub mod rkey;
+pub mod rma;
 mod rndv;
 pub mod wireup;
 
@@ -68,8 +75,23 @@ pub const AM_RNDV_DATA: u8 = 11;
 /// Rendezvous: the sender's put completed.
 pub const AM_RNDV_ATP: u8 = 12;
 
+/// Emulated put.
+pub const AM_RMA_PUT: u8 = 13;
+/// Emulated get: the request.
+pub const AM_RMA_GET_REQ: u8 = 14;
+/// Emulated get: a piece of the data.
+pub const AM_RMA_GET_REP: u8 = 15;
+/// Emulated atomic.
+pub const AM_AMO_REQ: u8 = 16;
+/// Emulated atomic: the old value.
+pub const AM_AMO_REP: u8 = 17;
+/// Flush of emulated operations: the request.
+pub const AM_RMA_FLUSH: u8 = 18;
+/// Flush of emulated operations: the reply.
+pub const AM_RMA_FLUSH_REP: u8 = 19;
+
 /// Every AM id UCP uses, for handler registration.
-pub const ALL_AM_IDS: [u8; 12] = [
+pub const ALL_AM_IDS: [u8; 19] = [
     AM_WIREUP,
     AM_EAGER_ONLY,
     AM_EAGER_FIRST,
@@ -82,6 +104,13 @@ pub const ALL_AM_IDS: [u8; 12] = [
     AM_RNDV_RTR,
     AM_RNDV_DATA,
     AM_RNDV_ATP,
+    AM_RMA_PUT,
+    AM_RMA_GET_REQ,
+    AM_RMA_GET_REP,
+    AM_AMO_REQ,
+    AM_AMO_REP,
+    AM_RMA_FLUSH,
+    AM_RMA_FLUSH_REP,
 ];
 
 /// Human name of an AM id, for logs.
@@ -99,6 +128,13 @@ pub fn am_name(id: u8) -> &'static str {
         AM_RNDV_RTR => "rndv rtr",
         AM_RNDV_DATA => "rndv data",
         AM_RNDV_ATP => "rndv atp",
+        AM_RMA_PUT => "rma put",
+        AM_RMA_GET_REQ => "rma get",
+        AM_RMA_GET_REP => "rma get reply",
+        AM_AMO_REQ => "atomic",
+        AM_AMO_REP => "atomic reply",
+        AM_RMA_FLUSH => "rma flush",
+        AM_RMA_FLUSH_REP => "rma flush reply",
         _ => "unknown",
     }
 }
@@ -257,6 +293,18 @@ pub enum Msg<'a> {
     RndvData(RndvDataHdr, &'a [u8]),
     /// [`AM_RNDV_ATP`].
     Atp(Atp),
+    /// [`AM_RMA_PUT`].
+    RmaPut(rma::PutHdr, &'a [u8]),
+    /// [`AM_RMA_GET_REQ`].
+    RmaGet(rma::GetReq),
+    /// [`AM_RMA_GET_REP`].
+    RmaGetRep(rma::GetRep, &'a [u8]),
+    /// [`AM_AMO_REQ`].
+    Amo(rma::AmoReq),
+    /// [`AM_AMO_REP`].
+    AmoRep(rma::AmoRep),
+    /// [`AM_RMA_FLUSH`] or [`AM_RMA_FLUSH_REP`].
+    RmaFlush(rma::FlushMsg),
 }
 
 impl<'a> Msg<'a> {
@@ -289,6 +337,18 @@ impl<'a> Msg<'a> {
                 Msg::RndvData(h, p)
             }
             AM_RNDV_ATP => Msg::Atp(Atp::decode(data)?),
+            AM_RMA_PUT => {
+                let (h, p) = rma::PutHdr::decode(data)?;
+                Msg::RmaPut(h, p)
+            }
+            AM_RMA_GET_REQ => Msg::RmaGet(rma::GetReq::decode(data)?),
+            AM_RMA_GET_REP => {
+                let (h, p) = rma::GetRep::decode(data)?;
+                Msg::RmaGetRep(h, p)
+            }
+            AM_AMO_REQ => Msg::Amo(rma::AmoReq::decode(data)?),
+            AM_AMO_REP => Msg::AmoRep(rma::AmoRep::decode(data)?),
+            AM_RMA_FLUSH | AM_RMA_FLUSH_REP => Msg::RmaFlush(rma::FlushMsg::decode(id, data)?),
             _ => return Err(WireError::UnknownAmId(id)),
         })
     }
@@ -463,7 +523,7 @@ pub(crate) mod tests {
             assert_ne!(am_name(id), "unknown");
         }
         assert_eq!(Msg::decode(0, &[]), Err(WireError::UnknownAmId(0)));
-        assert_eq!(Msg::decode(13, &[0; 64]), Err(WireError::UnknownAmId(13)));
+        assert_eq!(Msg::decode(20, &[0; 64]), Err(WireError::UnknownAmId(20)));
     }
 
     #[test]
@@ -476,7 +536,7 @@ pub(crate) mod tests {
 
     proptest! {
         #[test]
-        fn decoding_anything_never_panics(id in 0u8..16, bytes in proptest::collection::vec(any::<u8>(), 0..160)) {
+        fn decoding_anything_never_panics(id in 0u8..24, bytes in proptest::collection::vec(any::<u8>(), 0..160)) {
             let _ = Msg::decode(id, &bytes);
         }
     }

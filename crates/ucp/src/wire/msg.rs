@@ -14,6 +14,8 @@ pub(crate) enum DataHdr {
     First(wire::EagerFirstHdr),
     Middle(wire::EagerMiddleHdr),
     RndvData(wire::RndvDataHdr),
+    /// An emulated put.
+    RmaPut(wire::rma::PutHdr),
 }
 
 impl DataHdr {
@@ -24,6 +26,7 @@ impl DataHdr {
             DataHdr::First(h) => h,
             DataHdr::Middle(h) => h,
             DataHdr::RndvData(h) => h,
+            DataHdr::RmaPut(h) => h,
         }
     }
 }
@@ -83,6 +86,10 @@ pub(crate) enum Ctrl {
     SyncAck(wire::SyncAck),
     Ats(wire::Ats),
     Atp(wire::Atp),
+    RmaGet(wire::rma::GetReq),
+    Amo(wire::rma::AmoReq),
+    AmoRep(wire::rma::AmoRep),
+    RmaFlush(wire::rma::FlushMsg),
 }
 
 impl Ctrl {
@@ -98,6 +105,10 @@ impl Ctrl {
             Ctrl::SyncAck(h) => h.am_id(),
             Ctrl::Ats(h) => h.am_id(),
             Ctrl::Atp(h) => h.am_id(),
+            Ctrl::RmaGet(h) => h.am_id(),
+            Ctrl::Amo(h) => h.am_id(),
+            Ctrl::AmoRep(h) => h.am_id(),
+            Ctrl::RmaFlush(h) => h.am_id(),
         }
     }
 
@@ -108,6 +119,10 @@ impl Ctrl {
             Ctrl::SyncAck(h) => h.encode(buf),
             Ctrl::Ats(h) => h.encode(buf),
             Ctrl::Atp(h) => h.encode(buf),
+            Ctrl::RmaGet(h) => h.encode(buf),
+            Ctrl::Amo(h) => h.encode(buf),
+            Ctrl::AmoRep(h) => h.encode(buf),
+            Ctrl::RmaFlush(h) => h.encode(buf),
         }
     }
 }
