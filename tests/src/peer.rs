@@ -35,6 +35,18 @@ pub fn commands() -> Receiver<String> {
     rx
 }
 
+/// A waker that does nothing, for loops that poll a future and progress between polls.
+pub fn noop_waker() -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
+    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
 /// A peer process as the test sees it. Dropping it closes the peer's stdin (which ends every
 /// peer program) and reaps it, killing it if it is still there after a grace period.
 pub struct Peer {

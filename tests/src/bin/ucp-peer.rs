@@ -7,6 +7,7 @@
 //! | `tag ADDR [defer]` | sends and receives on command (see [`tag`]); with `defer` it says `addr A` first and connects only on `connect` |
 //! | `dying ADDR die\|ok` | sends 18 bytes with tag 1; `ok`: closes and exits; `die`: starts a 256 KiB rendezvous with tag 2, says `rts`, and on `die` exits without serving it |
 //! | `wakeup ADDR ROUNDS` | says `addr A`, echoes `ROUNDS` messages (tag 1 in, tag 2 out) sleeping in `Worker::wait`, says `sleeps N` |
+//! | `rma ADDR` | remote memory access and atomics on command, on the test's memory and its own (see [`rma`]) |
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
 
@@ -18,8 +19,8 @@ use tests::tag::{start_send, DYING_BIG as BIG, DYING_BIG_LEN as BIG_LEN, DYING_S
 use tests::text::{hex, pattern, unhex};
 use tests::wakeup::{recv_sleeping, send_sleeping, PING, PONG, TIMEOUT};
 use ucp::{
-    Context, ContextParams, Endpoint, Features, RecvData, RecvResult, Request, RequestParam, SendData, Status, Worker,
-    WorkerParams, FULL_MASK,
+    AtomicOp, Context, ContextParams, Endpoint, Features, Operand, RecvData, RecvResult, RemoteKey, Request,
+    RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
 };
 
 fn worker(features: Features, name: &str) -> Worker {
@@ -40,6 +41,7 @@ fn main() {
         "tag" => tag(&addr, rest.first().map(String::as_str) == Some("defer")),
         "dying" => dying(&addr, rest.first().map(String::as_str) == Some("die")),
         "wakeup" => wakeup(&addr, rest.first().and_then(|r| r.parse().ok()).expect("ROUNDS")),
+        "rma" => rma(&addr),
         other => panic!("unknown mode {other}"),
     }
 }
@@ -196,4 +198,162 @@ fn wakeup(addr: &[u8], rounds: usize) {
     }
     say(&format!("sleeps {sleeps}"));
     ep.close(ucp::CloseMode::Flush).unwrap();
+}
+
+/// Progresses `w` until `r` (an operation's request, if it has one) completes; its status.
+fn wait_op(w: &Worker, r: Result<Option<Request<'_>>, Status>) -> Status {
+    match r {
+        Err(e) => e,
+        Ok(None) => Status::Ok,
+        Ok(Some(r)) => {
+            let t = Instant::now();
+            while !r.is_completed() && t.elapsed() < TIMEOUT {
+                w.progress();
+            }
+            r.status()
+        }
+    }
+}
+
+/// Runs `f` to completion, progressing `w`.
+fn run<F: std::future::Future>(w: &Worker, f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let waker = tests::peer::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let t = Instant::now();
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        w.progress();
+        assert!(t.elapsed() < TIMEOUT, "an operation did not complete");
+    }
+}
+
+/// The RMA peer. Commands (addresses in decimal), each answered with one line:
+///
+/// | command | answer |
+/// |---|---|
+/// | `map LEN alloc\|user SEED` | maps `LEN` bytes (allocated by the worker, or its own) filled with `pattern(LEN, SEED)`: `key HEX ADDR` |
+/// | `check ADDR LEN SEED` | compares its own memory at `ADDR` with the pattern: `ok` or `wrong` |
+/// | `unpack HEX` | unpacks the test's packed key: `unpacked` |
+/// | `put ADDR LEN SEED` | puts the pattern at the test's `ADDR`, flushes: `done STATUS` |
+/// | `get ADDR LEN SEED` | gets `LEN` bytes and compares: `ok`, `wrong` or `failed STATUS` |
+/// | `fadd ADDR N FILE` | `N` 64-bit fetch-and-adds of 1, the values fetched written to `FILE`: `done` |
+/// | `lock LOCK DATA N` | `N` times: takes the lock word at `LOCK` with compare-and-swap, increments the word at `DATA` with a get and a put (not atomic), flushes, releases: `done` |
+/// | `fence DATA FLAG LEN ROUNDS` | each round `r` from 1: puts `LEN` bytes of `r` at `DATA`, fences, puts `r` at `FLAG` (8 bytes): `done` |
+/// | `address` | its worker address: `address HEX` |
+///
+/// `quit` or the end of input ends it.
+fn rma(addr: &[u8]) {
+    let w = worker(Features::RMA | Features::AMO32 | Features::AMO64, "rma-peer");
+    let rx = commands();
+    let ep = w.ep_create(addr).expect("endpoint to the test");
+    let mut key: Option<RemoteKey> = None;
+    let mut regions: Vec<(ucp::MemHandle, Vec<u8>)> = Vec::new();
+    while let Some(line) = next_command(&w, &rx) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 { f.get(i).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("'{line}'")) };
+        let k = || key.as_ref().expect("unpack first");
+        match f.first().copied() {
+            Some("map") => {
+                let (len, seed) = (num(1) as usize, num(3));
+                let (h, keep) = if f.get(2) == Some(&"alloc") {
+                    (w.mem_map_alloc(len).expect("mem_map_alloc"), Vec::new())
+                } else {
+                    let mut v = vec![0u8; len];
+                    // SAFETY: `v` stays in `regions` (its heap buffer never moves) until exit.
+                    (unsafe { w.mem_map(v.as_mut_ptr(), len) }.expect("mem_map"), v)
+                };
+                // SAFETY: the region is mapped and no peer operation targets it yet.
+                unsafe { std::ptr::copy_nonoverlapping(pattern(len, seed).as_ptr(), h.address as *mut u8, len) };
+                let packed = w.rkey_pack(&h).expect("rkey_pack");
+                say(&format!("key {} {}", hex(&packed), h.address));
+                regions.push((h, keep));
+            }
+            Some("address") => say(&format!("address {}", hex(w.address()))),
+            Some("check") => {
+                let (at, len, seed) = (num(1) as usize, num(2) as usize, num(3));
+                // SAFETY: the test names memory this peer mapped, which nothing writes now
+                // (the test's operations on it are flushed).
+                let got = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+                say(if got == pattern(len, seed) { "ok" } else { "wrong" });
+            }
+            Some("unpack") => {
+                key = Some(ep.rkey_unpack(&unhex(f[1]).expect("hex")).expect("rkey_unpack"));
+                say("unpacked");
+            }
+            Some("put") => {
+                let data = pattern(num(2) as usize, num(3));
+                // SAFETY: `data` outlives the request (waited for).
+                let st = wait_op(&w, unsafe { ep.put_nbx(SendData::Contig(&data), num(1), k(), RequestParam::new()) });
+                let fl = wait_op(&w, ep.flush_nbx(RequestParam::new()));
+                say(&format!("done {:?}", if st == Status::Ok { fl } else { st }));
+            }
+            Some("get") => {
+                let (len, seed) = (num(2) as usize, num(3));
+                let mut buf = vec![0u8; len];
+                // SAFETY: `buf` outlives the request (waited for).
+                let st =
+                    wait_op(&w, unsafe { ep.get_nbx(RecvData::Contig(&mut buf), num(1), k(), RequestParam::new()) });
+                say(&match st {
+                    Status::Ok if buf == pattern(len, seed) => "ok".to_string(),
+                    Status::Ok => "wrong".to_string(),
+                    e => format!("failed {e}"),
+                });
+            }
+            Some("fadd") => {
+                let (at, n) = (num(1), num(2) as usize);
+                let mut fetched = Vec::with_capacity(n * 8);
+                for _ in 0..n {
+                    match run(&w, ep.atomic(AtomicOp::Fadd, Operand::U64(1), at, k())) {
+                        Ok(Operand::U64(v)) => fetched.extend_from_slice(&v.to_le_bytes()),
+                        other => panic!("fadd: {other:?}"),
+                    }
+                }
+                std::fs::write(f[3], &fetched).expect("write the fetched values");
+                say("done");
+            }
+            Some("lock") => {
+                let (lock, data, n) = (num(1), num(2), num(3));
+                for _ in 0..n {
+                    while run(&w, ep.atomic_cswap(Operand::U64(0), Operand::U64(1), lock, k())) != Ok(Operand::U64(0)) {
+                    }
+                    let mut v = [0u8; 8];
+                    // SAFETY: `v` outlives the request (waited for).
+                    let r = unsafe { ep.get_nbx(RecvData::Contig(&mut v), data, k(), RequestParam::new()) };
+                    assert_eq!(wait_op(&w, r), Status::Ok);
+                    let next = (u64::from_le_bytes(v) + 1).to_le_bytes();
+                    // SAFETY: as above.
+                    let r = unsafe { ep.put_nbx(SendData::Contig(&next), data, k(), RequestParam::new()) };
+                    assert_eq!(wait_op(&w, r), Status::Ok);
+                    assert_eq!(wait_op(&w, ep.flush_nbx(RequestParam::new())), Status::Ok);
+                    assert_eq!(run(&w, ep.atomic(AtomicOp::Swap, Operand::U64(0), lock, k())), Ok(Operand::U64(1)));
+                }
+                say("done");
+            }
+            Some("fence") => {
+                let (data, flag, len, rounds) = (num(1), num(2), num(3) as usize, num(4));
+                for r in 1..=rounds {
+                    let d = vec![r as u8; len];
+                    let fl = [r as u8; 8];
+                    // SAFETY: both buffers outlive their requests (waited for below).
+                    let a = unsafe { ep.put_nbx(SendData::Contig(&d), data, k(), RequestParam::new()) };
+                    w.fence().expect("fence");
+                    // SAFETY: as above.
+                    let b = unsafe { ep.put_nbx(SendData::Contig(&fl), flag, k(), RequestParam::new()) };
+                    assert_eq!(wait_op(&w, a), Status::Ok);
+                    assert_eq!(wait_op(&w, b), Status::Ok);
+                }
+                assert_eq!(wait_op(&w, ep.flush_nbx(RequestParam::new())), Status::Ok);
+                say("done");
+            }
+            _ => break,
+        }
+    }
+    drop(key);
+    for (h, keep) in regions {
+        let _ = w.mem_unmap(h);
+        drop(keep);
+    }
 }
