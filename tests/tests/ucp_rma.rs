@@ -134,10 +134,8 @@ fn put_and_get_across_processes_both_ways() {
             for (i, &n) in SIZES.iter().enumerate() {
                 let data = pattern(n, i as u64 + 50);
                 // SAFETY: `data` outlives the request.
-                assert_eq!(
-                    wait(unsafe { ep.put_nbx(SendData::Contig(&data), base + 9, &key, RequestParam::new()) }),
-                    Status::Ok
-                );
+                let put = unsafe { ep.put_nbx(SendData::Contig(&data), base + 9, &key, RequestParam::new()) };
+                assert_eq!(wait(put), Status::Ok);
                 assert_eq!(wait(ep.flush_nbx(RequestParam::new())), Status::Ok);
                 let ans = p.ask(&format!("check {} {n} {}", base + 9, i as u64 + 50), LIMIT, prog);
                 assert_eq!(ans, "ok", "{what}: put {n} into the peer");
