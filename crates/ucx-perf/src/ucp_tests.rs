@@ -33,12 +33,16 @@ pub struct UcpTestSpec<'a> {
 }
 
 impl UcpTestSpec<'_> {
-    /// Refuses what is not implemented yet: UCP tests other than the tag tests, and
-    /// multi-threaded runs.
+    /// Refuses what is not implemented yet: UCP tests other than the tag, RMA and atomic
+    /// tests, and multi-threaded runs.
     pub fn check(&self) -> Result<(), String> {
         let p = self.params;
-        if !matches!(p.test.command(), Command::Tag | Command::TagSync) {
-            return Err(format!("UCP test {} is not implemented yet (tag tests are)", p.test.name()));
+        let rma = matches!(
+            p.test.command(),
+            Command::Put | Command::Get | Command::Add | Command::Fadd | Command::Swap | Command::Cswap
+        );
+        if !matches!(p.test.command(), Command::Tag | Command::TagSync) && !rma {
+            return Err(format!("UCP test {} is not implemented yet (tag, RMA and atomic tests are)", p.test.name()));
         }
         if p.threads > 1 {
             return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
@@ -370,6 +374,9 @@ pub fn run(
     oob: &mut dyn Exchange,
     report: &mut dyn FnMut(&Measured, bool),
 ) -> Result<(), String> {
+    if !matches!(spec.params.test.command(), Command::Tag | Command::TagSync) {
+        return crate::ucp_rma_tests::run(spec, oob, report);
+    }
     let s = Setup::new(spec, oob)?;
     let sync = |oob: &mut dyn Exchange, s: &Setup| {
         oob.barrier(&mut || {

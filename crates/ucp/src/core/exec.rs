@@ -25,6 +25,11 @@ pub(crate) struct ZcSlot {
 }
 
 impl ZcSlot {
+    /// Sets what the completion reports (an operation that got its request after the call).
+    pub(crate) fn set_what(&self, what: ZcDone) {
+        self.what.set(Some(what));
+    }
+
     /// Keeps an RMA operation's registration and remote key until the completion fires.
     pub(crate) fn keep_rma(&self, memh: Option<uct::MemH>, rkey: Rc<super::rma::Rkey>) {
         *self.keep_rma.borrow_mut() = Some((memh, rkey));
@@ -217,6 +222,8 @@ impl Core {
         };
         if let Ok(ucs::Outcome::InProgress) = r {
             *slot.keep.borrow_mut() = Some((memh.clone(), rkey));
+        } else {
+            self.zc_unused(comp, slot);
         }
         let mut r = TxResult::from_uct(r);
         r.memh = new.then_some(memh);
@@ -236,6 +243,19 @@ impl Core {
         z.comp.set_count(1);
         z.slot.what.set(Some(what));
         (z.comp, z.slot)
+    }
+
+    /// A completion the transport did not take (the operation completed at once, or was
+    /// refused): back to the free list, unless something still holds it.
+    pub(crate) fn zc_unused(&self, comp: Rc<uct::Completion>, slot: Rc<ZcSlot>) {
+        if Rc::strong_count(&comp) != 1 {
+            return;
+        }
+        slot.what.set(None);
+        let mut comps = self.zc_comps.borrow_mut();
+        if comps.len() < ZC_COMPS_KEPT {
+            comps.push(ZcComp { comp, slot });
+        }
     }
 
     #[cold]

@@ -13,7 +13,7 @@ use super::lanes::EpLanes;
 use super::Core;
 use crate::config::Thresh;
 use crate::dt::UserBuf;
-use crate::engine::{Lane, TxResult, TxStatus};
+use crate::engine::{Lane, TxResult, TxStatus, ZcDone};
 use crate::proto::select::{select_rma, AmoCaps, RkeyRoutes, RmaCaps, RmaOpKind, RmaProto, RmaRoute};
 use crate::request::{RequestFlags, RequestParam};
 use crate::rma::{AmoArgs, RmaReq, RmaTx};
@@ -194,8 +194,15 @@ impl Core {
         let features = self.ctx.features();
         let post = uct::AtomicOps::ADD | uct::AtomicOps::AND | uct::AtomicOps::OR | uct::AtomicOps::XOR;
         let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
-        let amo = io.amo.filter(|&l| keys.get(l as usize).is_some_and(Option::is_some)).and_then(|lane| {
+        // The atomic lane first, then the other lanes that reach memory (the key's memory may
+        // be another transport's: a sysv segment when the atomic lane is posix).
+        let mut candidates = io.amo.into_iter().chain(io.rma.iter().copied());
+        let amo = candidates.find_map(|lane| {
+            keys.get(lane as usize)?.as_ref()?;
             let attr = &self.ifaces[io.uct_eps[lane as usize].pair.local].attr;
+            if !attr.flags.intersects(F::ATOMIC_CPU | F::ATOMIC_DEVICE) {
+                return None;
+            }
             let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
             let ok = (!features.contains(crate::context::Features::AMO32) || full(&attr.atomic32))
                 && (!features.contains(crate::context::Features::AMO64) || full(&attr.atomic64));
@@ -282,14 +289,13 @@ impl Core {
             );
             return Err(Status::Unsupported);
         };
-        // The direct path: one transport call that completes at once, on a ready endpoint.
-        let direct = !no_imm
-            && match (op.kind, route.proto) {
-                (RmaOpKind::Put | RmaOpKind::Get, RmaProto::Short) => len <= route.piece,
-                (RmaOpKind::Put, RmaProto::Bcopy) => len <= route.piece,
-                (RmaOpKind::Amo { fetch: false, .. }, RmaProto::Amo) => true,
-                _ => false,
-            };
+        // The direct path: one transport call, on a ready endpoint. What completes at once
+        // needs no request; what the transport finishes later gets one, not queued.
+        let single = match op.kind {
+            RmaOpKind::Amo { .. } => true,
+            _ => contig && len <= route.piece,
+        };
+        let direct = !no_imm && route.proto != RmaProto::Sw && single;
         let io = {
             let mut e = self.engine.borrow_mut();
             match e.sh.eps.get(ep_id) {
@@ -301,72 +307,77 @@ impl Core {
                 _ => None,
             }
         };
-        if let Some(io) = io {
-            let key = rkey.keys[route.lane as usize].as_ref().ok_or(Status::Unsupported)?;
-            let uep = io.uct(Lane::Uct(route.lane));
-            let mut tmp = [0u8; SHORT_BUF];
-            let r = match op.kind {
-                RmaOpKind::Put if route.proto == RmaProto::Short => match short_bytes(&op.buf, 0, len, &mut tmp) {
-                    Some(b) => uep.put_short(b, op.remote, key),
-                    None => Err(Status::InvalidParam),
-                },
-                RmaOpKind::Put => {
-                    uep.put_bcopy(&mut |dst| pack(dst, &op.buf, 0, len), op.remote, key).map(|o| o.map(|_| ()))
+        let Some(io) = io else {
+            return Ok(Some(self.queue_rma(ep_id, op, route, param, false)));
+        };
+        let t = RmaTx {
+            kind: op.kind,
+            proto: route.proto,
+            rkey: op.rkey,
+            remote: op.remote,
+            buf: op.buf,
+            offset: 0,
+            len,
+            amo: op.amo,
+            hint: param.hint(),
+            // Set to the request's once there is one (a completion fires from progress only).
+            token: ZcDone::Rma { rid: Id::from_raw(u64::MAX) },
+        };
+        let (res, slot) = self.issue_rma(&io, route.lane, &t, &rkey);
+        match res.status {
+            TxStatus::Done => Ok(None),
+            TxStatus::Started => {
+                let rid = self.with_engine(|e| {
+                    let offset = if matches!(op.kind, RmaOpKind::Amo { .. }) { 1 } else { len };
+                    let req = rma_req(ep_id, &op, route, param.hint(), offset, 1);
+                    e.sh.rma_inflight(req, param)
+                });
+                if let Some(slot) = slot {
+                    slot.set_what(ZcDone::Rma { rid });
                 }
-                RmaOpKind::Get => get_short(uep, &op.buf, 0, len, op.remote, key, &mut tmp),
-                RmaOpKind::Amo { op: aop, size, .. } => {
-                    if size == 4 {
-                        uep.atomic32_post(aop, op.amo.value as u32, op.remote, key)
-                    } else {
-                        uep.atomic64_post(aop, op.amo.value, op.remote, key)
-                    }
+                Ok(Some(rid))
+            }
+            TxStatus::NoResource => {
+                let rid = self.queue_rma(ep_id, op, route, param, true);
+                if io.park(Lane::Uct(route.lane), &self.weak) {
+                    self.engine.borrow_mut().sh.parked(ep_id);
                 }
-            };
-            return match r {
-                Ok(Outcome::Done(())) => Ok(None),
-                Ok(Outcome::NoResource) => {
-                    let rid = self.queue_rma(ep_id, op, route, param, true);
-                    if io.park(Lane::Uct(route.lane), &self.weak) {
-                        self.engine.borrow_mut().sh.parked(ep_id);
-                    }
-                    Ok(Some(rid))
-                }
-                Ok(Outcome::InProgress) => Ok(None),
-                Err(e) => {
-                    tracing::debug!("{name} failed: {e}");
-                    Err(e)
-                }
-            };
+                Ok(Some(rid))
+            }
+            TxStatus::Failed(e) => {
+                tracing::debug!("{name} failed: {e}");
+                Err(e)
+            }
         }
-        let rid = self.queue_rma(ep_id, op, route, param, false);
-        Ok(Some(rid))
     }
 
     /// Queues an operation on its endpoint (transmitted at once when the endpoint can).
     fn queue_rma(&self, ep_id: Id, op: RmaOp, route: RmaRoute, param: RequestParam, blocked: bool) -> Id {
-        let req = RmaReq {
-            ep: ep_id,
-            kind: op.kind,
-            buf: op.buf,
-            remote: op.remote,
-            rkey: op.rkey,
-            route,
-            amo: op.amo,
-            offset: 0,
-            inflight: 0,
-            error: None,
-            hint: param.hint(),
-        };
+        let req = rma_req(ep_id, &op, route, param.hint(), 0, 0);
         self.with_engine(|e| e.sh.rma_queue(req, param, blocked))
     }
 
     /// Makes one transmission of a remote memory access or atomic on `lanes`.
     pub(crate) fn exec_rma(&self, lanes: &EpLanes, lane: u8, t: &RmaTx) -> TxResult {
-        let fail = |s| TxResult::of(TxStatus::Failed(s));
         let Some(rkey) = self.rkeys.borrow().get(t.rkey).cloned() else {
             tracing::warn!("{}: the remote key was destroyed while the operation waited", op_name(t.kind));
-            return fail(Status::InvalidParam);
+            return TxResult::of(TxStatus::Failed(Status::InvalidParam));
         };
+        self.issue_rma(lanes, lane, t, &rkey).0
+    }
+
+    /// One transport call of an operation on lane `lane` of `lanes`, with `rkey`: its outcome,
+    /// and the slot of its completion when the transport finishes it later (its registration
+    /// and key are kept there until then; a completion it did not take goes back to the
+    /// worker's free list).
+    fn issue_rma(
+        &self,
+        lanes: &EpLanes,
+        lane: u8,
+        t: &RmaTx,
+        rkey: &Rc<Rkey>,
+    ) -> (TxResult, Option<Rc<super::exec::ZcSlot>>) {
+        let fail = |s| (TxResult::of(TxStatus::Failed(s)), None);
         let Some(key) = rkey.keys.get(lane as usize).and_then(Option::as_ref) else { return fail(Status::Unsupported) };
         let Some(l) = lanes.uct_eps.get(lane as usize) else { return fail(Status::InvalidParam) };
         let ep = &*l.ep;
@@ -374,14 +385,14 @@ impl Core {
         let (off, len) = (t.offset, t.len);
         match (t.kind, t.proto) {
             (RmaOpKind::Put, RmaProto::Short) => match short_bytes(&t.buf, off, len, &mut tmp) {
-                Some(b) => TxResult::from_uct(ep.put_short(b, t.remote, key)),
+                Some(b) => (TxResult::from_uct(ep.put_short(b, t.remote, key)), None),
                 None => fail(Status::InvalidParam),
             },
             (RmaOpKind::Put, RmaProto::Bcopy) => {
-                TxResult::from_uct(ep.put_bcopy(&mut |dst| pack(dst, &t.buf, off, len), t.remote, key))
+                (TxResult::from_uct(ep.put_bcopy(&mut |dst| pack(dst, &t.buf, off, len), t.remote, key)), None)
             }
             (RmaOpKind::Get, RmaProto::Short) => {
-                TxResult::from_uct(get_short(ep, &t.buf, off, len, t.remote, key, &mut tmp))
+                (TxResult::from_uct(get_short(ep, &t.buf, off, len, t.remote, key, &mut tmp)), None)
             }
             (RmaOpKind::Get, RmaProto::Bcopy) => {
                 let Some(run) = t.buf.run_at(off).and_then(|s| s.sub(0, len)) else {
@@ -392,8 +403,7 @@ impl Core {
                 // until it completes (its `UserBuf`'s contract); the engine completes it only
                 // after this piece's completion. The key stays alive in the slot until then.
                 let r = unsafe { ep.get_bcopy(run.ptr, run.len, t.remote, key, Some(&comp)) };
-                keep_if_started(&slot, &r, None, &rkey);
-                TxResult::from_uct(r)
+                self.settle(comp, slot, r, None, rkey)
             }
             (RmaOpKind::Put | RmaOpKind::Get, RmaProto::Zcopy) => {
                 let Some(seg) = t.buf.run_at(off).and_then(|s| s.sub(0, len)) else {
@@ -416,17 +426,17 @@ impl Core {
                         ep.put_zcopy(&iov, t.remote, key, Some(&comp))
                     }
                 };
-                keep_if_started(&slot, &r, Some(memh), &rkey);
-                TxResult::from_uct(r)
+                self.settle(comp, slot, r, Some(memh), rkey)
             }
             (RmaOpKind::Amo { op, fetch, size }, RmaProto::Amo) => {
                 let v = t.amo.value;
                 if !fetch {
-                    return TxResult::from_uct(if size == 4 {
+                    let r = if size == 4 {
                         ep.atomic32_post(op, v as u32, t.remote, key)
                     } else {
                         ep.atomic64_post(op, v, t.remote, key)
-                    });
+                    };
+                    return (TxResult::from_uct(r), None);
                 }
                 let Some(res) =
                     t.buf.contig_seg().filter(|s| s.len == size as usize && (s.ptr as usize) % size as usize == 0)
@@ -450,18 +460,40 @@ impl Core {
                         _ => ep.atomic64_fetch(op, v, res.ptr.cast(), t.remote, key, c),
                     }
                 };
-                keep_if_started(&slot, &r, None, &rkey);
-                TxResult::from_uct(r)
+                self.settle(comp, slot, r, None, rkey)
             }
             _ => fail(Status::InvalidParam),
         }
     }
 
+    /// The outcome of a call that was given completion `comp`: started, its registration and
+    /// key stay in the slot until the completion fires; otherwise the completion goes back to
+    /// the free list.
+    fn settle(
+        &self,
+        comp: Rc<uct::Completion>,
+        slot: Rc<super::exec::ZcSlot>,
+        r: ucs::OpResult,
+        memh: Option<uct::MemH>,
+        rkey: &Rc<Rkey>,
+    ) -> (TxResult, Option<Rc<super::exec::ZcSlot>>) {
+        if let Ok(Outcome::InProgress) = r {
+            slot.keep_rma(memh, rkey.clone());
+            return (TxResult::from_uct(r), Some(slot));
+        }
+        self.zc_unused(comp, slot);
+        (TxResult::from_uct(r), None)
+    }
+
     /// Flushes lane `lane` of `lanes`; the completion reports `token` if it finishes later.
     pub(crate) fn exec_flush(&self, lanes: &EpLanes, lane: u8, token: crate::engine::ZcDone) -> TxResult {
         let Some(l) = lanes.uct_eps.get(lane as usize) else { return TxResult::of(TxStatus::Done) };
-        let (comp, _) = self.zc_completion(token);
-        TxResult::from_uct(l.ep.flush(uct::FlushFlags::LOCAL, Some(&comp)))
+        let (comp, slot) = self.zc_completion(token);
+        let r = l.ep.flush(uct::FlushFlags::LOCAL, Some(&comp));
+        if !matches!(r, Ok(Outcome::InProgress)) {
+            self.zc_unused(comp, slot);
+        }
+        TxResult::from_uct(r)
     }
 
     /// Starts flushing `eps` (`None`: every endpoint of the worker); `Ok(None)`: nothing to
@@ -537,10 +569,20 @@ fn pack(dst: &mut [u8], buf: &UserBuf, off: usize, len: usize) -> usize {
     }
 }
 
-/// Keeps the registration and the key of an operation the transport finishes later until its
-/// completion fires.
-fn keep_if_started(slot: &super::exec::ZcSlot, r: &ucs::OpResult, memh: Option<uct::MemH>, rkey: &Rc<Rkey>) {
-    if let Ok(Outcome::InProgress) = r {
-        slot.keep_rma(memh, rkey.clone());
+/// The state of an operation of `op` with route `route`, `offset` bytes issued and `inflight`
+/// pieces with the transport.
+fn rma_req(ep: Id, op: &RmaOp, route: RmaRoute, hint: Option<Id>, offset: usize, inflight: u32) -> RmaReq {
+    RmaReq {
+        ep,
+        kind: op.kind,
+        buf: op.buf,
+        remote: op.remote,
+        rkey: op.rkey,
+        route,
+        amo: op.amo,
+        offset,
+        inflight,
+        error: None,
+        hint,
     }
 }

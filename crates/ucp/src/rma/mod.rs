@@ -106,6 +106,13 @@ impl<L: Clone> Shared<L> {
         rid
     }
 
+    /// Records an operation the transport took and finishes later (started on the direct
+    /// path, not queued); its id.
+    pub(crate) fn rma_inflight(&mut self, req: RmaReq, param: crate::request::RequestParam) -> Id {
+        let released = param.detached;
+        self.reqs.tab.insert(ReqState::new(ReqKind::Rma(req), param.callback, param.callback_fn, released))
+    }
+
     /// Marks endpoint `ep` as having done remote memory access since its last flush (a fence
     /// then waits for it).
     #[inline]
