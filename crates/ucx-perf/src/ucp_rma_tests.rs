@@ -165,9 +165,9 @@ impl Engine<'_> {
         self.wait_below(self.max)?;
         let s = self.s;
         let (remote, key) = (s.remote, &s.key);
-        // SAFETY (all four): the buffers are mapped for the whole test and every operation is
-        // waited for (`drain`) before they go; the send buffer is the source of puts and the
-        // destination of gets and replies, which nothing else touches during a run.
+        // SAFETY: the buffers are mapped for the whole test and every operation is waited for
+        // (`drain`) before they go; the send buffer is the source of puts and the destination of
+        // gets and replies, which nothing else touches during a run.
         let r = unsafe {
             match self.cmd {
                 Command::Put => s.ep.put_nbx(
