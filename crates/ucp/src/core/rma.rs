@@ -222,7 +222,102 @@ impl Core {
 
     /// Starts a remote memory access or atomic on endpoint `ep_id`; `Ok(None)`: completed at
     /// once.
+    #[inline(always)]
     pub fn rma_start(&self, ep_id: Id, op: RmaOp, param: RequestParam) -> UcsResult<Option<Id>> {
+        if !param.flags.contains(RequestFlags::NO_IMM_CMPL) {
+            if let Some(r) = self.rma_fast(ep_id, &op) {
+                return r;
+            }
+        }
+        self.rma_slow(ep_id, op, param)
+    }
+
+    /// The common operations as one transport call with nothing else: a contiguous put that
+    /// fits one short or bcopy operation, a get that fits one short operation, an atomic
+    /// without result - on a ready endpoint, within the key's region. `None`: anything else,
+    /// or the transport could not take it now ([`Core::rma_slow`] sees it again).
+    #[inline(always)]
+    fn rma_fast(&self, ep_id: Id, op: &RmaOp) -> Option<UcsResult<Option<Id>>> {
+        let rkey = {
+            let t = self.rkeys.borrow();
+            let k = t.get(op.rkey)?;
+            if k.ep != ep_id {
+                return None;
+            }
+            k.clone()
+        };
+        let (lane, len) = match op.kind {
+            RmaOpKind::Put => {
+                let c = rkey.routes.put?;
+                let len = op.buf.len();
+                let fits = len <= c.short_max || (len <= c.bcopy_max && (c.zcopy_max == 0 || len < c.zcopy_thresh));
+                if !fits || op.buf.contig_seg().is_none() {
+                    return None;
+                }
+                (c.lane, len)
+            }
+            RmaOpKind::Get => {
+                let c = rkey.routes.get?;
+                let len = op.buf.len();
+                if len > c.short_max || len == 0 {
+                    return None;
+                }
+                (c.lane, len)
+            }
+            RmaOpKind::Amo { op: aop, fetch: false, size } => {
+                let a = rkey.routes.amo?;
+                let ops = if size == 4 { a.post32 } else { a.post64 };
+                if !ops.contains(aop.bit()) || op.remote % size as u64 != 0 {
+                    return None;
+                }
+                (a.lane, size as usize)
+            }
+            RmaOpKind::Amo { .. } => return None,
+        };
+        let inside = op.remote.checked_sub(rkey.base).is_some_and(|o| o.saturating_add(len as u64) <= rkey.len);
+        if !inside {
+            return None;
+        }
+        let io = {
+            let mut e = self.engine.borrow_mut();
+            let ep = e.sh.eps.get_mut(ep_id)?;
+            if !ep.ready() {
+                return None;
+            }
+            ep.rma_dirty = true;
+            ep.io.clone()
+        };
+        let key = rkey.keys.get(lane as usize)?.as_ref()?;
+        let uep = &*io.uct_eps.get(lane as usize)?.ep;
+        let r = match op.kind {
+            RmaOpKind::Put => {
+                let bytes = op.buf.contig_bytes()?;
+                if len <= rkey.routes.put?.short_max {
+                    uep.put_short(bytes, op.remote, key)
+                } else {
+                    uep.put_bcopy(&mut |dst| pack(dst, &op.buf, 0, len), op.remote, key).map(|o| o.map(|_| ()))
+                }
+            }
+            RmaOpKind::Get => get_short_fast(uep, &op.buf, len, op.remote, key),
+            RmaOpKind::Amo { op: aop, size, .. } => {
+                if size == 4 {
+                    uep.atomic32_post(aop, op.amo.value as u32, op.remote, key)
+                } else {
+                    uep.atomic64_post(aop, op.amo.value, op.remote, key)
+                }
+            }
+        };
+        match r {
+            Ok(Outcome::Done(())) => Some(Ok(None)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// [`Core::rma_start`] off the fast path: checks with errors that say what was wrong,
+    /// the route, the direct call of an operation with a completion, the queue.
+    #[inline(never)]
+    fn rma_slow(&self, ep_id: Id, op: RmaOp, param: RequestParam) -> UcsResult<Option<Id>> {
         let name = op_name(op.kind);
         let rkey = self.rkeys.borrow().get(op.rkey).cloned().ok_or_else(|| {
             tracing::error!("{name}: the remote key was destroyed");
@@ -555,6 +650,20 @@ fn get_short(
         buf.copy_in(off, t)?;
     }
     Ok(r)
+}
+
+/// A get that fits one short operation into the start of `buf`: into the buffer itself when it
+/// is contiguous, else through the stack.
+#[inline]
+fn get_short_fast(ep: &dyn uct::Ep, buf: &UserBuf, len: usize, remote: u64, key: &uct::RemoteKey) -> ucs::OpResult {
+    if let Some(seg) = buf.contig_seg() {
+        // SAFETY: the operation's buffer, writable without other access until it completes
+        // (its `UserBuf`'s contract); the get completes within this call (short).
+        let dst = unsafe { std::slice::from_raw_parts_mut(seg.ptr, len.min(seg.len)) };
+        return ep.get_short(dst, remote, key);
+    }
+    let mut tmp = [0u8; SHORT_BUF];
+    get_short(ep, buf, 0, len, remote, key, &mut tmp)
 }
 
 /// Packs bytes `[off, off + len)` of `buf` into a transport buffer; the length (0, logged, if
