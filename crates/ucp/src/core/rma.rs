@@ -251,7 +251,9 @@ impl Core {
                 let c = rkey.routes.put?;
                 let len = op.buf.len();
                 let fits = len <= c.short_max || (len <= c.bcopy_max && (c.zcopy_max == 0 || len < c.zcopy_thresh));
-                if !fits || op.buf.contig_seg().is_none() {
+                // (A lane without short or bcopy has limits of 0: nothing fits; an empty put
+                // completes on the slow path without a transport call.)
+                if !fits || len == 0 || op.buf.contig_seg().is_none() {
                     return None;
                 }
                 (c.lane, len)
