@@ -20,6 +20,21 @@ ucs::config_enum! {
     }
 }
 
+ucs::config_enum! {
+    /// `UCX_ATOMIC_MODE`: which mechanism carries atomics. One location must never be updated
+    /// by two mechanisms at once (a device's atomics are not atomic with the CPU's).
+    pub enum AtomicMode {
+        /// Device atomics when a device lane does every operation asked for, else CPU.
+        Guess = "guess",
+        /// CPU atomics: shared-memory lanes on mapped memory, and emulation over active
+        /// messages (the target's CPU) everywhere else.
+        Cpu = "cpu",
+        /// Device atomics where a device lane does every operation asked for; emulation
+        /// elsewhere (use it only where every peer reaches the memory through the device).
+        Device = "device",
+    }
+}
+
 ucs::config_table! {
     /// Context options (`UCX_*`).
     pub struct ContextConfigTable {
@@ -35,6 +50,15 @@ ucs::config_table! {
         pub zcopy_thresh: MemUnits = ("ZCOPY_THRESH", "auto", "Threshold for switching from buffer copy to zero copy protocol."),
         pub rndv_thresh: MemUnits = ("RNDV_THRESH", "auto", "Threshold for switching from eager to rendezvous protocol."),
         pub rndv_scheme: RndvScheme = ("RNDV_SCHEME", "auto", "Communication scheme in the rendezvous protocol: auto, get_zcopy, put_zcopy, am."),
+        pub atomic_mode: AtomicMode = ("ATOMIC_MODE", "guess",
+            "Atomic operations synchronization mode.\n \
+             cpu - atomic operations are consistent with respect to the CPU.\n \
+             device - atomic operations are performed on one of the transport devices,\n \
+             and there is guarantee of consistency with respect to the CPU.\n \
+             guess - atomic operations mode is configured based on underlying\n \
+             transport capabilities. If one of active transports supports\n \
+             the DEVICE atomic mode, the DEVICE mode is selected.\n \
+             Otherwise the CPU mode is selected."),
         pub seg_size: MemUnits = ("SEG_SIZE", "8192", "Size of a segment in the worker's preregistered memory pool."),
         pub proto_info: bool = ("PROTO_INFO", "n", "Print which protocol each operation and message size range uses."),
         pub max_eager_lanes: u32 = ("MAX_EAGER_LANES", "1", "Maximal number of devices on which an eager operation may be executed."),
@@ -192,6 +216,8 @@ pub struct ContextConfig {
     pub rndv_thresh: Thresh,
     /// `UCX_RNDV_SCHEME`.
     pub rndv_scheme: RndvScheme,
+    /// `UCX_ATOMIC_MODE`.
+    pub atomic_mode: AtomicMode,
     /// `UCX_SEG_SIZE`: size of the worker's bounce buffers.
     pub seg_size: usize,
     /// `UCX_PROTO_INFO`.
@@ -257,6 +283,7 @@ impl ContextConfig {
             zcopy_thresh: Thresh::from_units(t.zcopy_thresh),
             rndv_thresh: Thresh::from_units(t.rndv_thresh),
             rndv_scheme: t.rndv_scheme,
+            atomic_mode: t.atomic_mode,
             seg_size,
             proto_info: t.proto_info,
             max_eager_lanes: t.max_eager_lanes as usize,
@@ -319,5 +346,9 @@ mod tests {
         assert_eq!(c.rndv_scheme, RndvScheme::PutZcopy);
         assert!(ContextConfig::read(Some(&src as &dyn ConfigSource), &o("RNDV_SCHEME", "sideways")).is_err());
         assert!(ContextConfig::read(Some(&src as &dyn ConfigSource), &o("SEG_SIZE", "1")).is_err());
+        assert_eq!(c.atomic_mode, AtomicMode::Guess);
+        let c = ContextConfig::read(Some(&src as &dyn ConfigSource), &o("ATOMIC_MODE", "cpu")).unwrap();
+        assert_eq!(c.atomic_mode, AtomicMode::Cpu);
+        assert!(ContextConfig::read(Some(&src as &dyn ConfigSource), &o("ATOMIC_MODE", "gpu")).is_err());
     }
 }

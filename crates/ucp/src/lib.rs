@@ -48,7 +48,7 @@ pub mod worker;
 pub use wireup::{address, lanes};
 
 pub use address::{IfaceRecord, WorkerAddress};
-pub use config::{ContextConfig, RndvScheme, Thresh};
+pub use config::{AtomicMode, ContextConfig, RndvScheme, Thresh};
 pub use context::{Context, ContextParams, Features};
 pub use engine::ProtoCounts;
 pub use mem::MemHandle;

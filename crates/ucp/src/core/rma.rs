@@ -120,6 +120,13 @@ impl Core {
             // messages, and the peer checks what it is asked to touch.
         }
         let routes = self.routes(&io, &keys);
+        if self.ctx.config().proto_info {
+            let remote = self.engine.borrow().sh.eps.get(ep_id).map(|e| e.remote.name.clone()).unwrap_or_default();
+            println!("[ucp] remote key {:#x}+{} of '{remote}'", packed.address, packed.length);
+            for l in self.describe_routes(&io, &routes) {
+                println!("[ucp]   {l}");
+            }
+        }
         let local = keys.iter().flatten().find_map(|k| {
             let (map, len) = k.local_mapping()?;
             // The mapping covers the key's region from its base.
@@ -196,11 +203,12 @@ impl Core {
         let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
         // The atomic lane first, then the other lanes that reach memory (the key's memory may
         // be another transport's: a sysv segment when the atomic lane is posix).
+        let mechanism = self.atomic_mechanism();
         let mut candidates = io.amo.into_iter().chain(io.rma.iter().copied());
         let amo = candidates.find_map(|lane| {
             keys.get(lane as usize)?.as_ref()?;
             let attr = &self.ifaces[io.uct_eps[lane as usize].pair.local].attr;
-            if !attr.flags.intersects(F::ATOMIC_CPU | F::ATOMIC_DEVICE) {
+            if !attr.flags.contains(mechanism) {
                 return None;
             }
             let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
@@ -218,6 +226,74 @@ impl Core {
         let am_bcopy = self.ifaces[io.uct_eps[io.am_idx].pair.local].attr.am.max_bcopy;
         let sw_put_piece = am_bcopy.checked_sub(16).filter(|&n| n > 0);
         RkeyRoutes { put, get, amo, sw_put_piece }
+    }
+
+    /// The atomic mechanism of this worker (`UCX_ATOMIC_MODE`): `ATOMIC_CPU` or
+    /// `ATOMIC_DEVICE`. `guess` is the device's when some interface offers device atomics for
+    /// every operation the context asked for, else the CPU's.
+    pub(crate) fn atomic_mechanism(&self) -> uct::IfaceFlags {
+        use crate::config::AtomicMode;
+        match self.ctx.config().atomic_mode {
+            AtomicMode::Cpu => uct::IfaceFlags::ATOMIC_CPU,
+            AtomicMode::Device => uct::IfaceFlags::ATOMIC_DEVICE,
+            AtomicMode::Guess => {
+                let f = self.ctx.features();
+                let post = uct::AtomicOps::ADD | uct::AtomicOps::AND | uct::AtomicOps::OR | uct::AtomicOps::XOR;
+                let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
+                let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
+                let device = self.ifaces.iter().any(|w| {
+                    w.attr.flags.contains(uct::IfaceFlags::ATOMIC_DEVICE)
+                        && (!f.contains(crate::context::Features::AMO32) || full(&w.attr.atomic32))
+                        && (!f.contains(crate::context::Features::AMO64) || full(&w.attr.atomic64))
+                });
+                if device {
+                    uct::IfaceFlags::ATOMIC_DEVICE
+                } else {
+                    uct::IfaceFlags::ATOMIC_CPU
+                }
+            }
+        }
+    }
+
+    /// The lines `UCX_PROTO_INFO` prints for a key: how each kind of operation reaches it.
+    fn describe_routes(&self, io: &EpLanes, r: &RkeyRoutes) -> Vec<String> {
+        let name = |lane: u8| {
+            io.uct_eps
+                .get(lane as usize)
+                .map_or("?".to_string(), |l| self.ifaces[l.pair.local].resource.desc.tl.tl_name.clone())
+        };
+        let fmt = |n: usize| if n == usize::MAX { "inf".to_string() } else { n.to_string() };
+        let xfer = |what: &str, c: Option<RmaCaps>| -> String {
+            let Some(c) = c else {
+                return match r.sw_put_piece {
+                    Some(_) => format!("{what}: emulated over active messages on {}", name(io.am_idx as u8)),
+                    None => format!("{what}: unreachable"),
+                };
+            };
+            let mut parts = Vec::new();
+            if c.short_max > 0 {
+                parts.push(format!("short up to {}", c.short_max));
+            }
+            if c.bcopy_max > 0 {
+                parts.push(format!("bcopy pieces of {}", c.bcopy_max));
+            }
+            if c.zcopy_max > 0 {
+                let from = if c.bcopy_max > 0 { format!(" from {}", fmt(c.zcopy_thresh)) } else { String::new() };
+                parts.push(format!("zcopy{from} (pieces of {})", fmt(c.zcopy_max)));
+            }
+            format!("{what}: {} on {}", parts.join(", "), name(c.lane))
+        };
+        let amo = match r.amo {
+            Some(a) => {
+                let how = if self.atomic_mechanism() == uct::IfaceFlags::ATOMIC_DEVICE { "device" } else { "cpu" };
+                format!("atomics: {how} atomics on {}", name(a.lane))
+            }
+            None if r.sw_put_piece.is_some() => {
+                format!("atomics: emulated over active messages on {}", name(io.am_idx as u8))
+            }
+            None => "atomics: unreachable".to_string(),
+        };
+        vec![xfer("put", r.put), xfer("get", r.get), amo]
     }
 
     /// Starts a remote memory access or atomic on endpoint `ep_id`; `Ok(None)`: completed at
