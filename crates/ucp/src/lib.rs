@@ -2,8 +2,9 @@
 //!
 //! The layer applications program against: a [`Context`] (features, `UCX_*` configuration,
 //! resources), a [`Worker`] (progress, wakeup, the address peers connect to), [`Endpoint`]s
-//! with wireup, MPI tag matching with eager and rendezvous protocols, [`Request`]s and futures.
-//! RMA, atomics, active messages and stream come next, as families of the same engine. It
+//! with wireup, MPI tag matching with eager and rendezvous protocols, [`Request`]s and futures,
+//! remote memory access and atomics ([`RemoteKey`], `Endpoint::put_nbx` ...). Active messages
+//! and stream come next, as families of the same engine. It
 //! discovers transports through `uct` and chooses among them by capability and performance
 //! model; it never names a concrete transport.
 //!
