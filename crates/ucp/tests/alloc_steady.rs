@@ -48,6 +48,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The counter is one for the process: measuring tests run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Allocations `f` makes on this thread.
 fn allocations_of(f: impl FnOnce()) -> usize {
     let before = ALLOCS.load(Ordering::Relaxed);
@@ -141,12 +144,14 @@ fn exchange_handles(a: &Worker, b: &Worker, ab: &Endpoint, msg: &[u8], back: &mu
 
 #[test]
 fn the_counter_counts() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert_eq!(allocations_of(|| drop(std::hint::black_box(Box::new(1u64)))), 1);
     assert_eq!(allocations_of(|| ()), 0);
 }
 
 #[test]
 fn steady_state_allocates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for scheme in ["am", "get_zcopy", "put_zcopy"] {
         steady_state(scheme);
     }
@@ -185,4 +190,82 @@ fn steady_state(scheme: &str) {
     };
     assert!(ran > 0, "no {scheme} rendezvous ran: {c:?}");
     assert!(a.proto_counts().eager_short > 0);
+}
+
+/// Waits for an operation's request (if any), progressing both workers.
+fn finish(a: &Worker, b: &Worker, r: Result<Option<ucp::Request<'_>>, ucp::Status>) {
+    if let Some(r) = r.unwrap() {
+        let mut spins = 0u64;
+        while !r.is_completed() {
+            a.progress();
+            b.progress();
+            spins += 1;
+            assert!(spins < 100_000_000, "the operation did not complete");
+        }
+        assert_eq!(r.status(), ucp::Status::Ok);
+    }
+}
+
+#[test]
+fn rma_steady_state_allocates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    uct_shm::register();
+    let params = ContextParams::new(Features::RMA | Features::AMO64).with_config("TLS", "posix,cma");
+    let ctx = Context::new(&params).unwrap();
+    let a = Worker::new(&ctx, &WorkerParams::new("a")).unwrap();
+    let b = Worker::new(&ctx, &WorkerParams::new("b")).unwrap();
+    let ep = a.ep_create(b.address()).unwrap();
+    finish(&a, &b, ep.flush_nbx(RequestParam::new()));
+    // Allocated memory (posix stores, CPU atomics) and user memory (cma, emulated atomics).
+    let alloc = b.mem_map_alloc(1 << 17).unwrap();
+    let mut own = vec![0u8; 1 << 17];
+    // SAFETY: `own` outlives the mapping (unmapped below).
+    let own_h = unsafe { b.mem_map(own.as_mut_ptr(), own.len()) }.unwrap();
+    let keys = [
+        ep.rkey_unpack(&b.rkey_pack(&alloc).unwrap()).unwrap(),
+        ep.rkey_unpack(&b.rkey_pack(&own_h).unwrap()).unwrap(),
+    ];
+    let bases = [alloc.address as u64, own_h.address as u64];
+    let data: Vec<u8> = (0..65536).map(|i| i as u8).collect();
+    let mut back = vec![0u8; 65536];
+    let mut reply = 0u64;
+    let mut round = |a: &Worker, b: &Worker| {
+        for (key, &base) in keys.iter().zip(&bases) {
+            for len in [8usize, 65536] {
+                // SAFETY: the buffers outlive the requests (`finish` waits).
+                finish(a, b, unsafe { ep.put_nbx(SendData::Contig(&data[..len]), base, key, RequestParam::new()) });
+                // SAFETY: as above.
+                finish(a, b, unsafe { ep.get_nbx(RecvData::Contig(&mut back[..len]), base, key, RequestParam::new()) });
+            }
+            // SAFETY: as above.
+            finish(a, b, unsafe {
+                ep.atomic_op_nbx(ucp::AtomicOp::Add, ucp::Operand::U64(1), base + 64, key, None, RequestParam::new())
+            });
+            // SAFETY: as above.
+            finish(a, b, unsafe {
+                ep.atomic_op_nbx(
+                    ucp::AtomicOp::Fadd,
+                    ucp::Operand::U64(1),
+                    base + 64,
+                    key,
+                    Some((&mut reply as *mut u64).cast()),
+                    RequestParam::new(),
+                )
+            });
+            finish(a, b, ep.flush_nbx(RequestParam::new()));
+        }
+    };
+    for _ in 0..200 {
+        round(&a, &b);
+    }
+    let n = allocations_of(|| {
+        for _ in 0..500 {
+            round(&a, &b);
+        }
+    });
+    assert_eq!(n, 0, "puts, gets, atomics and flushes: {n} allocations in 500 rounds");
+    assert_eq!(back, data);
+    drop(keys);
+    b.mem_unmap(alloc).unwrap();
+    b.mem_unmap(own_h).unwrap();
 }

@@ -30,6 +30,9 @@ fn handles_are_send_and_sync() {
     send::<ucp::RecvFuture<Vec<u8>>>();
     send::<ucp::SendFuture<Vec<u8>>>();
     send::<ucp::RequestParam>();
+    send_sync::<ucp::RemoteKey>();
+    send_sync::<ucp::MemHandle>();
+    send::<ucp::AmoFuture>();
 }
 
 #[test]

@@ -182,8 +182,18 @@ impl Core {
             let has = |f: F, v: usize| if attr.flags.contains(f) { v } else { 0 };
             let c = RmaCaps {
                 lane,
-                // Short pieces go through a stack buffer (gets, iov lists).
-                short_max: has(f_short, ops.max_short.min(SHORT_BUF)),
+                // A contiguous put goes short straight from the user's buffer, as far as the
+                // lane takes it (a copy into a mapped segment: UCX's mm takes 4 GiB). Short
+                // gets, and short pieces of an iov list (a lane with nothing else), go through
+                // a stack buffer.
+                short_max: has(
+                    f_short,
+                    if get || !attr.flags.intersects(f_bcopy | f_zcopy) {
+                        ops.max_short.min(SHORT_BUF)
+                    } else {
+                        ops.max_short
+                    },
+                ),
                 bcopy_max: has(f_bcopy, ops.max_bcopy),
                 zcopy_max: has(f_zcopy, ops.max_zcopy),
                 zcopy_thresh: match cfg.zcopy_thresh {
@@ -672,18 +682,18 @@ impl Core {
     /// Starts flushing `eps` (`None`: every endpoint of the worker); `Ok(None)`: nothing to
     /// wait for.
     pub fn flush_start(&self, eps: Option<Id>, param: RequestParam) -> UcsResult<Option<Id>> {
-        let r = self.with_engine(|e| {
-            let list: Vec<Id> = match eps {
-                Some(id) => {
-                    if !e.sh.eps.contains(id) {
-                        tracing::error!("flush: endpoint {id:?} does not exist (closed?)");
-                        return Err(Status::InvalidParam);
-                    }
-                    vec![id]
+        let r = self.with_engine(|e| match eps {
+            Some(id) => {
+                if !e.sh.eps.contains(id) {
+                    tracing::error!("flush: endpoint {id:?} does not exist (closed?)");
+                    return Err(Status::InvalidParam);
                 }
-                None => e.sh.eps.iter().map(|(id, _)| id).collect(),
-            };
-            e.sh.flush_start(&list, param)
+                e.sh.flush_start(&[id], param)
+            }
+            None => {
+                let list: Vec<Id> = e.sh.eps.iter().map(|(id, _)| id).collect();
+                e.sh.flush_start(&list, param)
+            }
         })?;
         if r.is_some() {
             // Transmit what can go now (the flushes of idle endpoints).

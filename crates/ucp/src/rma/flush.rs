@@ -42,19 +42,22 @@ impl<L: Clone> Shared<L> {
         eps: &[Id],
         param: crate::request::RequestParam,
     ) -> Result<Option<Id>, Status> {
-        let live: Vec<Id> = eps.iter().copied().filter(|id| self.eps.contains(*id)).collect();
-        if let [one] = live[..] {
-            if let Some(e) = self.eps.get(one).and_then(|e| e.error()) {
+        if let [one] = eps {
+            if let Some(e) = self.eps.get(*one).and_then(|e| e.error()) {
                 return Err(e);
             }
         }
-        if live.is_empty() {
+        let n = eps.iter().filter(|id| self.eps.contains(**id)).count();
+        if n == 0 {
             return Ok(None);
         }
-        let req = FlushReq { remaining: live.len() as u32, error: None };
+        let req = FlushReq { remaining: n as u32, error: None };
         let rid =
             self.reqs.tab.insert(ReqState::new(ReqKind::Flush(req), param.callback, param.callback_fn, param.detached));
-        for id in live {
+        for &id in eps {
+            if !self.eps.contains(id) {
+                continue;
+            }
             match self.eps.get_mut(id) {
                 Some(ep) if ep.error().is_none() => {
                     ep.rma_dirty = false;

@@ -172,8 +172,10 @@ impl MmEp {
         f(r, off).map(Outcome::Done)
     }
 
+    /// The largest get_bcopy: unlimited (a copy out of the mapped segment, bounded by the
+    /// region).
     fn sm_seg_size(&self) -> usize {
-        self.iface.cfg.seg_size
+        usize::MAX
     }
 
     fn send_inline(&self, id: u8, total: usize, fill: impl FnOnce(*mut u8)) -> OpResult {
@@ -270,28 +272,21 @@ impl Ep for MmEp {
 
     fn put_bcopy(&self, pack: PackFn<'_>, remote_addr: u64, rkey: &RemoteKey) -> OpResult<usize> {
         ordered!(self);
-        let seg_size = self.iface.cfg.seg_size;
         let (r, off) = self.region(rkey, remote_addr, 0)?;
-        let room = (r.len as u64).saturating_sub(off);
-        if room >= seg_size as u64 && rkey.check(self.iface.comp.name, remote_addr, seg_size).is_ok() {
-            // Pack straight into the peer's memory: the whole buffer lies within the mapping
-            // and the region. Remote memory is only written, never referenced, by us.
-            // SAFETY: [off, off + seg_size) lies within the mapping the key keeps alive.
-            let dst = unsafe { std::slice::from_raw_parts_mut(r.base.add(off as usize), seg_size) };
-            let len = pack(dst);
-            check_length(len, seg_size, "put_bcopy")?;
-            return Ok(Outcome::Done(len));
+        // Pack straight into the peer's memory, up to the end of the key's region (which the
+        // mapping covers): no size limit but the region's, as UCX's mm. Remote memory is only
+        // written, never referenced, by us.
+        let room = rkey.length().saturating_sub(off).min((r.len as u64).saturating_sub(off)) as usize;
+        // SAFETY: [off, off + room) lies within the mapping the key keeps alive and within the
+        // key's region (`off` came from the key's check, `room` is bounded by both).
+        let dst = unsafe { std::slice::from_raw_parts_mut(r.base.add(off as usize), room) };
+        let len = pack(dst);
+        if len > room {
+            // It claims more than the buffer, which ends with the region: what it wrote is
+            // within the region; the rest would be past it.
+            tracing::debug!(len, room, "put_bcopy: packed past the remote region");
+            return Err(Status::OutOfRange);
         }
-        // Near the end of the region: pack into a bounce buffer, then copy what fits.
-        let mut bounce = self.iface.bounce.take().unwrap_or_else(|| vec![0u8; seg_size].into());
-        let len = pack(&mut bounce[..seg_size]);
-        let r2 = check_length(len, seg_size, "put_bcopy").and_then(|_| {
-            let off = rkey.check(self.iface.comp.name, remote_addr, len)?;
-            // SAFETY: mapping alive; `write` bounds-checks against it.
-            unsafe { r.write(off, &bounce[..len]) }
-        });
-        self.iface.bounce.set(Some(bounce));
-        r2?;
         Ok(Outcome::Done(len))
     }
 

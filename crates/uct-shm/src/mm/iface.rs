@@ -87,7 +87,6 @@ pub(crate) struct Inner {
     pub(crate) signal_tx: SignalSocket,
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpShared>)>>,
     /// Bounce buffer for put_bcopy near the end of a region.
-    pub(crate) bounce: Cell<Option<Box<[u8]>>>,
     signal_rx: SignalSocket,
     rx: RefCell<Rx>,
     descs: Rc<MemPool>,
@@ -236,9 +235,12 @@ impl MmIface {
         if cfg.error_handling {
             flags |= IfaceFlags::ERRHANDLE_PEER_FAILURE;
         }
+        // Puts and gets are copies into and out of the peer's mapped segment: no size limit
+        // but the region's (as UCX's mm: put_short up to 4 GiB, put_bcopy and get_bcopy
+        // unlimited).
         let rma = OpCaps {
             max_short: u32::MAX as usize,
-            max_bcopy: cfg.seg_size,
+            max_bcopy: usize::MAX,
             opt_zcopy_align: 1,
             align_mtu: 1,
             max_iov: 1,
@@ -276,7 +278,6 @@ impl MmIface {
                 id,
                 signal_tx: SignalSocket::sender()?,
                 eps: RefCell::default(),
-                bounce: Cell::new(None),
                 signal_rx: SignalSocket::bind(id)?,
                 rx: RefCell::new(Rx { consumer, lent }),
                 descs,

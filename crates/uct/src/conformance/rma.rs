@@ -121,17 +121,24 @@ pub fn put_get(opts: &Options) -> Verdict {
         assert_eq!(r, Ok(Outcome::Done(data.len())), "put_bcopy");
         flush_all(&pair);
         assert_eq!(t.read(100, data.len()), data, "put_bcopy data");
+        // A transport without a bcopy limit (`max_bcopy` unlimited: shared memory packs straight
+        // into the peer's region) hands `pack` a buffer that ends with the region; packing past
+        // it is then out of range as much as more than the buffer.
         let r = ep.put_bcopy(
             &mut |b: &mut [u8]| {
-                b[..8].fill(0xee);
+                let n = b.len().min(8);
+                b[..n].fill(0xee);
                 8
             },
             base + LEN as u64 - 4,
             &t.rkey,
         );
-        assert_eq!(r, Err(Status::OutOfRange), "put_bcopy past the region");
+        assert!(matches!(r, Err(Status::OutOfRange | Status::InvalidParam)), "put_bcopy past the region: {r:?}");
         let r = ep.put_bcopy(&mut |b: &mut [u8]| b.len() + 1, base, &t.rkey);
-        assert_eq!(r, Err(Status::InvalidParam), "put_bcopy packing more than its buffer");
+        assert!(
+            matches!(r, Err(Status::InvalidParam | Status::OutOfRange)),
+            "put_bcopy packing more than its buffer: {r:?}"
+        );
         assert!(t.guards_intact(), "a rejected put_bcopy wrote outside the region");
     }
     if f.contains(IfaceFlags::GET_SHORT) {
