@@ -237,20 +237,31 @@ impl RemoteKey {
     /// transport bounds its real memory accesses by state it validated itself (the mapping it
     /// created, the live registration it looked up), as `self` and the shared-memory
     /// transports do.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, component: &'static str, remote_addr: u64, len: usize) -> UcsResult<u64> {
         // Components pass their static name: pointer equality is the fast path.
         if !std::ptr::eq(self.component, component) && self.component != component {
-            tracing::debug!(key = self.component, transport = component, "remote key of another component");
-            return Err(Status::InvalidParam);
+            return self.wrong_component(component);
         }
-        let off = remote_addr.checked_sub(self.base).ok_or(Status::OutOfRange)?;
-        let end = off.checked_add(len as u64).ok_or(Status::OutOfRange)?;
-        if end > self.length {
-            tracing::debug!(remote_addr, len, base = self.base, length = self.length, "remote access out of range");
-            return Err(Status::OutOfRange);
+        // `off + len <= length` without overflow: `len <= length && off <= length - len`.
+        match remote_addr.checked_sub(self.base) {
+            Some(off) if (len as u64) <= self.length && off <= self.length - len as u64 => Ok(off),
+            _ => self.out_of_range(remote_addr, len),
         }
-        Ok(off)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_component(&self, component: &'static str) -> UcsResult<u64> {
+        tracing::debug!(key = self.component, transport = component, "remote key of another component");
+        Err(Status::InvalidParam)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, remote_addr: u64, len: usize) -> UcsResult<u64> {
+        tracing::debug!(remote_addr, len, base = self.base, length = self.length, "remote access out of range");
+        Err(Status::OutOfRange)
     }
 }
 

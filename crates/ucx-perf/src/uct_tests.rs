@@ -186,6 +186,9 @@ struct Ctx<'a> {
     sends: Cell<u32>,
     /// Counts operations in flight: +1 for each `InProgress`, -1 as the transport completes.
     inflight: Rc<uct::Completion>,
+    /// The operation and data layout, read once (the per-message code matches on them).
+    cmd: Command,
+    layout: DataLayout,
     _md: Rc<dyn Md>,
 }
 
@@ -257,6 +260,8 @@ impl<'a> Ctx<'a> {
             length,
             sends: Cell::new(0),
             inflight: uct::Completion::counter(0),
+            cmd: spec.cmd(),
+            layout: spec.layout(),
             _md: md,
         })
     }
@@ -276,7 +281,7 @@ impl<'a> Ctx<'a> {
     /// The sequence number as the receiving side sees it.
     #[inline]
     fn recv_sn(&self, pingpong: bool) -> u8 {
-        let at = match self.spec.cmd() {
+        let at = match self.cmd {
             Command::Am => return self.am_sn.get(),
             Command::Put if pingpong => self.length - 1,
             _ => 0,
@@ -300,7 +305,7 @@ impl<'a> Ctx<'a> {
         let buf = unsafe { std::slice::from_raw_parts(self.send.ptr, len) };
         let raddr = self.remote_addr;
         let done = |o: Outcome<usize>| o.map(|_| ());
-        match (self.spec.cmd(), self.spec.layout()) {
+        match (self.cmd, self.layout) {
             (Command::Am, DataLayout::Short) => self.ep.am_short(AM_ID, sn as u64, &buf[8..]),
             (Command::Am, DataLayout::ShortIov) => {
                 self.set_send_sn(0, sn);
@@ -366,7 +371,7 @@ impl<'a> Ctx<'a> {
             },
             (Command::Fadd | Command::Swap | Command::Cswap, _) => {
                 let rkey = self.rkey()?;
-                let (op, val) = match self.spec.cmd() {
+                let (op, val) = match self.cmd {
                     Command::Fadd => (AtomicOp::Add, sn.wrapping_sub(prev) as u64),
                     Command::Swap => (AtomicOp::Swap, sn as u64),
                     _ => (AtomicOp::Cswap, sn as u64),
@@ -477,7 +482,7 @@ impl<'a> Ctx<'a> {
     /// progress + `PAUSE`, C 0.053 us).
     #[inline(always)]
     fn wait_sn(&self, sn: u8) {
-        if self.spec.cmd() == Command::Am {
+        if self.cmd == Command::Am {
             // Progress is what receives active messages: call it on every poll.
             while self.recv_sn(true) != sn {
                 self.progress_responder();
@@ -524,8 +529,8 @@ impl<'a> Ctx<'a> {
 
     fn stream(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.length as u64;
-        let fc = self.spec.cmd() == Command::Am;
-        let to_responder = self.spec.cmd() != Command::Get;
+        let fc = self.cmd == Command::Am;
+        let to_responder = self.cmd != Command::Get;
         let window = self.spec.fc_window();
         if self.spec.params.loopback || self.spec.index == 1 {
             let mut send_sn: u8 = if fc { 1 } else { 0 };
