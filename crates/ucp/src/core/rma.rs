@@ -309,9 +309,9 @@ impl Core {
     /// Starts a remote memory access or atomic on endpoint `ep_id`; `Ok(None)`: completed at
     /// once.
     #[inline(always)]
-    pub fn rma_start(&self, ep_id: Id, op: RmaOp, param: RequestParam) -> UcsResult<Option<Id>> {
+    pub fn rma_start(&self, ep_id: Id, op: RmaOp, mut param: RequestParam) -> UcsResult<Option<Id>> {
         if !param.flags.contains(RequestFlags::NO_IMM_CMPL) {
-            if let Some(r) = self.rma_fast(ep_id, &op) {
+            if let Some(r) = self.rma_fast(ep_id, &op, &mut param) {
                 return r;
             }
         }
@@ -319,11 +319,13 @@ impl Core {
     }
 
     /// The common operations as one transport call with nothing else: a contiguous put that
-    /// fits one short or bcopy operation, a get that fits one short operation, an atomic
-    /// without result - on a ready endpoint, within the key's region. `None`: anything else,
-    /// or the transport could not take it now ([`Core::rma_slow`] sees it again).
+    /// fits one short or bcopy operation, a get that fits one short operation, an atomic -
+    /// on a ready endpoint, within the key's region. A fetching atomic carries a completion
+    /// from the worker's free list; if the transport finishes it later, it gets its request
+    /// (from `param`, taken) then. `None`: anything else, or the transport could not take it
+    /// now ([`Core::rma_slow`] sees it again).
     #[inline(always)]
-    fn rma_fast(&self, ep_id: Id, op: &RmaOp) -> Option<UcsResult<Option<Id>>> {
+    fn rma_fast(&self, ep_id: Id, op: &RmaOp, param: &mut RequestParam) -> Option<UcsResult<Option<Id>>> {
         let rkey = {
             let t = self.rkeys.borrow();
             let k = t.get(op.rkey)?;
@@ -360,7 +362,16 @@ impl Core {
                 }
                 (a.lane, size as usize)
             }
-            RmaOpKind::Amo { .. } => return None,
+            RmaOpKind::Amo { op: aop, fetch: true, size } => {
+                let a = rkey.routes.amo?;
+                let ops = if size == 4 { a.fetch32 } else { a.fetch64 };
+                let reply = op.buf.contig_seg()?;
+                let aligned = op.remote % size as u64 == 0 && (reply.ptr as usize) % size as usize == 0;
+                if !ops.contains(aop.bit()) || !aligned || reply.len != size as usize {
+                    return None;
+                }
+                (a.lane, size as usize)
+            }
         };
         let inside = op.remote.checked_sub(rkey.base).is_some_and(|o| o.saturating_add(len as u64) <= rkey.len);
         if !inside {
@@ -387,12 +398,15 @@ impl Core {
                 }
             }
             RmaOpKind::Get => get_short_fast(uep, &op.buf, len, op.remote, key),
-            RmaOpKind::Amo { op: aop, size, .. } => {
+            RmaOpKind::Amo { op: aop, fetch: false, size } => {
                 if size == 4 {
                     uep.atomic32_post(aop, op.amo.value as u32, op.remote, key)
                 } else {
                     uep.atomic64_post(aop, op.amo.value, op.remote, key)
                 }
+            }
+            RmaOpKind::Amo { op: aop, fetch: true, size } => {
+                return self.fetch_fast(ep_id, op, uep, key, &rkey, aop, size, lane, param);
             }
         };
         match r {
@@ -400,6 +414,65 @@ impl Core {
             Ok(_) => None,
             Err(e) => Some(Err(e)),
         }
+    }
+
+    /// A fetching atomic on the fast path (see [`Core::rma_fast`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn fetch_fast(
+        &self,
+        ep_id: Id,
+        op: &RmaOp,
+        uep: &dyn uct::Ep,
+        key: &uct::RemoteKey,
+        rkey: &Rc<Rkey>,
+        aop: uct::AtomicOp,
+        size: u8,
+        lane: u8,
+        param: &mut RequestParam,
+    ) -> Option<UcsResult<Option<Id>>> {
+        let res = op.buf.contig_seg()?;
+        let (comp, slot) = self.zc_completion(ZcDone::Rma { rid: Id::from_raw(u64::MAX) });
+        let (v, c) = (op.amo.value, Some(&comp));
+        // SAFETY: `res` is the operation's reply buffer of `size` bytes, aligned (checked by
+        // the caller), writable without other access until the operation completes (its
+        // `UserBuf`'s contract); a started operation completes only after its completion.
+        let r = unsafe {
+            match (aop, size) {
+                (uct::AtomicOp::Cswap, 4) => {
+                    uep.atomic_cswap32(op.amo.compare as u32, v as u32, op.remote, key, res.ptr.cast(), c)
+                }
+                (uct::AtomicOp::Cswap, _) => uep.atomic_cswap64(op.amo.compare, v, op.remote, key, res.ptr.cast(), c),
+                (_, 4) => uep.atomic32_fetch(aop, v as u32, res.ptr.cast(), op.remote, key, c),
+                _ => uep.atomic64_fetch(aop, v, res.ptr.cast(), op.remote, key, c),
+            }
+        };
+        Some(match r {
+            Ok(Outcome::Done(())) => {
+                self.zc_unused(comp, slot);
+                Ok(None)
+            }
+            Ok(Outcome::InProgress) => {
+                slot.keep_rma(None, rkey.clone());
+                let route = RmaRoute { lane, proto: RmaProto::Amo, piece: size as usize };
+                let param = std::mem::take(param);
+                let rid = self.with_engine(|e| {
+                    let req = rma_req(ep_id, op, route, param.hint(), 1, 1);
+                    e.sh.rma_inflight(req, param)
+                });
+                slot.set_what(ZcDone::Rma { rid });
+                Ok(Some(rid))
+            }
+            Ok(Outcome::NoResource) => {
+                self.zc_unused(comp, slot);
+                // The slow path queues it (meeting the refusal again, it parks the endpoint).
+                return None;
+            }
+            Err(e) => {
+                self.zc_unused(comp, slot);
+                Err(e)
+            }
+        })
     }
 
     /// [`Core::rma_start`] off the fast path: checks with errors that say what was wrong,

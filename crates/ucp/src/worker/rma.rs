@@ -248,15 +248,16 @@ impl Endpoint {
         Ok(RemoteKey { worker: self.worker.clone(), ep: self.id, id, address, length })
     }
 
+    #[inline(always)]
     fn rkey_check(&self, rkey: &RemoteKey, what: &str) -> UcsResult<()> {
         if rkey.ep != self.id || !std::sync::Arc::ptr_eq(&rkey.worker.shared, &self.worker.shared) {
-            tracing::error!("{what}: the remote key was unpacked on another endpoint");
-            return Err(Status::InvalidParam);
+            return foreign_key(what);
         }
         Ok(())
     }
 
     /// Starts an operation; the id of its request if it did not complete at once.
+    #[inline(always)]
     fn rma_raw(
         &self,
         kind: RmaOpKind,
@@ -277,6 +278,7 @@ impl Endpoint {
     /// # Safety
     /// The local buffer (every iov entry, and an iov list itself) must stay valid and
     /// unmodified until the request completes.
+    #[inline]
     pub unsafe fn put_nbx(
         &self,
         data: SendData<'_>,
@@ -296,6 +298,7 @@ impl Endpoint {
     /// # Safety
     /// The local buffer (every iov entry, and an iov list itself) must stay valid, and must not
     /// be accessed, until the request completes.
+    #[inline]
     pub unsafe fn get_nbx(
         &self,
         data: RecvData<'_>,
@@ -318,6 +321,7 @@ impl Endpoint {
     /// # Safety
     /// `reply` must be valid for reads and writes of the operand's size, and not be accessed
     /// otherwise, until the request completes.
+    #[inline]
     pub unsafe fn atomic_op_nbx(
         &self,
         op: AtomicOp,
@@ -449,6 +453,13 @@ impl Endpoint {
         };
         SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn foreign_key<T>(what: &str) -> UcsResult<T> {
+    tracing::error!("{what}: the remote key was unpacked on another endpoint");
+    Err(Status::InvalidParam)
 }
 
 /// The reply buffer of an atomic, aligned for either operand size.
