@@ -122,10 +122,13 @@ struct Engine<'a> {
 }
 
 impl Engine<'_> {
+    /// One progress call; with `-E sleep`, one that found nothing sleeps until an event or
+    /// for at most a millisecond: a peer's put or atomic on our memory raises no event, so the
+    /// responder waiting for the sentinel also looks at its memory between sleeps.
     #[inline]
     fn progress(&self) {
         if self.s.worker.progress() == 0 && self.sleep {
-            let _ = self.s.worker.wait();
+            let _ = self.s.worker.wait_timeout(Some(std::time::Duration::from_millis(1)));
         }
     }
 

@@ -2,7 +2,8 @@
 //! loopback bootstrap), on a real verbs stack (Soft-RoCE in the VM of `tools/rdma-vm/test`):
 //! the UCT tests `am_lat`, `put_bw` and `get` over rc_verbs, `am_lat`, `am_bw` and `put_bw` over
 //! ud_verbs (which has no get, as in UCX: the request is refused with an error naming it), and
-//! the UCP tag tests over `UCX_TLS=rc_v` and `ud_v`. Checks behaviour, not speed: both sides
+//! the UCP tag, RMA and atomic tests over `UCX_TLS=rc_v` and `ud_v` (RDMA over rc, emulation
+//! over active messages on ud). Checks behaviour, not speed: both sides
 //! exit successfully and the client's final report has every iteration and positive figures.
 //!
 //! Without an RDMA device (outside the VM) the tests say so and pass, unless
@@ -66,5 +67,19 @@ fn ucp_tag_tests_over_rc_and_ud() {
     for tls in ["rc_v", "ud_v"] {
         run_ok(&["-t", "tag_lat", "-s", "8", "-n", "2000"], Some(tls), 2000.0);
         run_ok(&["-t", "tag_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+    }
+}
+
+#[test]
+fn ucp_rma_tests_over_rc_and_ud() {
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    for tls in ["rc_v", "ud_v"] {
+        run_ok(&["-t", "ucp_put_lat", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "ucp_put_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+        run_ok(&["-t", "ucp_get", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+        run_ok(&["-t", "ucp_fadd", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "ucp_cswap", "-s", "4", "-n", "1000"], Some(tls), 1000.0);
     }
 }

@@ -1,4 +1,4 @@
-//! `ucx-perf`'s UCP tag tests over shared memory (`UCX_TLS=shm,self`: posix and cma), two real
+//! `ucx-perf`'s UCP tag, RMA and atomic tests over shared memory (`UCX_TLS=shm,self`: posix and cma), two real
 //! processes, with the options `ucx_perftest` has for them: datatypes (`-D contig|iov`),
 //! wildcard receives (`-C`), forced unexpected messages (`-U`), thread modes (`-M`) and
 //! sleeping on the worker's events (`-E sleep`), at sizes on both sides of the rendezvous
@@ -53,5 +53,23 @@ fn tag_tests_sleeping_on_events() {
         &["-t", "tag_bw", "-s", "8", "-n", "20000", "-E", "sleep"],
         &["-t", "tag_lat", "-s", "1048576", "-n", "50", "-E", "sleep"],
         &["-t", "tag_sync_bw", "-s", "70000", "-n", "200", "-E", "sleep"],
+    ]);
+}
+
+#[test]
+fn rma_and_atomic_tests() {
+    run_all(&[
+        &["-t", "ucp_put_lat", "-s", "8", "-n", "5000"],
+        &["-t", "ucp_put_lat", "-s", "100000", "-n", "200"],
+        &["-t", "ucp_put_bw", "-s", "8", "-n", "20000"],
+        &["-t", "ucp_put_bw", "-s", "1048576", "-n", "100"],
+        &["-t", "ucp_get", "-s", "8", "-n", "20000"],
+        &["-t", "ucp_get", "-s", "65536", "-n", "500"],
+        &["-t", "ucp_add", "-s", "8", "-n", "20000"],
+        &["-t", "ucp_add", "-s", "4", "-n", "20000"],
+        &["-t", "ucp_fadd", "-s", "8", "-n", "20000"],
+        &["-t", "ucp_swap", "-s", "4", "-n", "20000"],
+        &["-t", "ucp_cswap", "-s", "8", "-n", "20000"],
+        &["-t", "ucp_put_bw", "-s", "8", "-n", "20000", "-E", "sleep"],
     ]);
 }
