@@ -80,6 +80,6 @@ fn ucp_rma_tests_over_rc_and_ud() {
         run_ok(&["-t", "ucp_put_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
         run_ok(&["-t", "ucp_get", "-s", "65536", "-n", "100"], Some(tls), 100.0);
         run_ok(&["-t", "ucp_fadd", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
-        run_ok(&["-t", "ucp_cswap", "-s", "4", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "ucp_cswap", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
     }
 }
