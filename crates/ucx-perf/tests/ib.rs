@@ -70,7 +70,7 @@ fn ucp_tag_tests_over_rc_and_ud() {
 }
 
 #[test]
-fn ucp_rma_tests_over_rc_and_ud() {
+fn ucp_rma_tests_over_rc() {
     if !uct_ib::testing::rdma_available() {
         return;
     }
