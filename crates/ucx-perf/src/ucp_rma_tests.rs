@@ -15,8 +15,6 @@
 //!
 //! Loopback (`-l`): one worker with an endpoint to itself, targeting its own receive buffer.
 
-use std::cell::Cell;
-
 use ucp::{
     AtomicOp, Context, ContextParams, Endpoint, Features, MemHandle, Operand, RecvData, RemoteKey, RequestParam,
     SendData, Status, Worker, WorkerParams,
@@ -24,7 +22,7 @@ use ucp::{
 
 use crate::meter::{Measured, Meter};
 use crate::params::{Command, WaitMode};
-use crate::ucp_tests::UcpTestSpec;
+use crate::ucp_tests::{completed, Outstanding, UcpTestSpec};
 use crate::uct_tests::{for_each_run, Exchange};
 
 /// The sentinel that ends a stream, put at [`SENTINEL_AT`] bytes past the message.
@@ -91,23 +89,6 @@ impl Drop for Setup {
     fn drop(&mut self) {
         let _ = self.worker.mem_unmap(self.send);
         let _ = self.worker.mem_unmap(self.recv);
-    }
-}
-
-/// Operations outstanding, counted down by the completion callback, and the first error.
-#[derive(Default)]
-struct Outstanding {
-    count: Cell<usize>,
-    error: Cell<Option<Status>>,
-}
-
-fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) {
-    // SAFETY: `user_data` is the address of the run's boxed `Outstanding`, which outlives
-    // every operation it counts (`drain` waits for all of them); callbacks run on this thread.
-    let o = unsafe { &*(user_data as *const Outstanding) };
-    o.count.set(o.count.get().wrapping_sub(1));
-    if status.is_err() && o.error.get().is_none() {
-        o.error.set(Some(status));
     }
 }
 

@@ -133,16 +133,16 @@ impl Drop for Setup {
 /// Outstanding operations of one kind, counted down by the completion callback (as the
 /// reference does), and the first error seen.
 #[derive(Default)]
-struct Outstanding {
-    count: Cell<usize>,
-    error: Cell<Option<Status>>,
+pub(crate) struct Outstanding {
+    pub(crate) count: Cell<usize>,
+    pub(crate) error: Cell<Option<Status>>,
 }
 
 /// The completion callback: `user_data` is the address of an [`Outstanding`].
-fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) {
-    // SAFETY: `user_data` is the address of an `Outstanding` inside the `Engine`, which
-    // outlives every request it posted (`drain` waits for all of them), and callbacks run on
-    // this (the only) thread from `progress`.
+pub(crate) fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) {
+    // SAFETY: `user_data` is the address of an `Outstanding` inside a test's engine (tag or
+    // RMA), which outlives every request it posted (its `drain` waits for all of them), and
+    // callbacks run on this (the only) thread from `progress`.
     let o = unsafe { &*(user_data as *const Outstanding) };
     // Wrapping: a callback that ran inside the call comes before the caller's count of the
     // operation (`started`), which brings the count back at once.

@@ -208,9 +208,6 @@ impl Core {
         // One mechanism per location: the atomic lane serves a key only if it does every
         // operation, at every size the context asked for; otherwise every atomic on that
         // memory is emulated (the target's CPU atomics, as the shared-memory lanes use).
-        let features = self.ctx.features();
-        let post = uct::AtomicOps::ADD | uct::AtomicOps::AND | uct::AtomicOps::OR | uct::AtomicOps::XOR;
-        let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
         // The atomic lane first, then the other lanes that reach memory (the key's memory may
         // be another transport's: a sysv segment when the atomic lane is posix).
         let mechanism = self.atomic_mechanism();
@@ -218,13 +215,10 @@ impl Core {
         let amo = candidates.find_map(|lane| {
             keys.get(lane as usize)?.as_ref()?;
             let attr = &self.ifaces[io.uct_eps[lane as usize].pair.local].attr;
-            if !attr.flags.contains(mechanism) {
+            if !attr.flags.contains(mechanism) || !self.does_every_atomic(attr) {
                 return None;
             }
-            let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
-            let ok = (!features.contains(crate::context::Features::AMO32) || full(&attr.atomic32))
-                && (!features.contains(crate::context::Features::AMO64) || full(&attr.atomic64));
-            ok.then_some(AmoCaps {
+            Some(AmoCaps {
                 lane,
                 post32: attr.atomic32.op_flags,
                 post64: attr.atomic64.op_flags,
@@ -247,15 +241,10 @@ impl Core {
             AtomicMode::Cpu => uct::IfaceFlags::ATOMIC_CPU,
             AtomicMode::Device => uct::IfaceFlags::ATOMIC_DEVICE,
             AtomicMode::Guess => {
-                let f = self.ctx.features();
-                let post = uct::AtomicOps::ADD | uct::AtomicOps::AND | uct::AtomicOps::OR | uct::AtomicOps::XOR;
-                let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
-                let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
-                let device = self.ifaces.iter().any(|w| {
-                    w.attr.flags.contains(uct::IfaceFlags::ATOMIC_DEVICE)
-                        && (!f.contains(crate::context::Features::AMO32) || full(&w.attr.atomic32))
-                        && (!f.contains(crate::context::Features::AMO64) || full(&w.attr.atomic64))
-                });
+                let device = self
+                    .ifaces
+                    .iter()
+                    .any(|w| w.attr.flags.contains(uct::IfaceFlags::ATOMIC_DEVICE) && self.does_every_atomic(&w.attr));
                 if device {
                     uct::IfaceFlags::ATOMIC_DEVICE
                 } else {
@@ -263,6 +252,17 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Whether an interface does every atomic operation, with and without result, at every
+    /// size the context's features ask for (`AMO32`, `AMO64`).
+    fn does_every_atomic(&self, attr: &uct::IfaceAttr) -> bool {
+        use crate::context::Features;
+        let post = uct::AtomicOps::ADD | uct::AtomicOps::AND | uct::AtomicOps::OR | uct::AtomicOps::XOR;
+        let fetch = post | uct::AtomicOps::SWAP | uct::AtomicOps::CSWAP;
+        let full = |c: &uct::AtomicCaps| c.op_flags.contains(post) && c.fop_flags.contains(fetch);
+        let f = self.ctx.features();
+        (!f.contains(Features::AMO32) || full(&attr.atomic32)) && (!f.contains(Features::AMO64) || full(&attr.atomic64))
     }
 
     /// The lines `UCX_PROTO_INFO` prints for a key: how each kind of operation reaches it.
@@ -397,14 +397,8 @@ impl Core {
                     uep.put_bcopy(&mut |dst| pack(dst, &op.buf, 0, len), op.remote, key).map(|o| o.map(|_| ()))
                 }
             }
-            RmaOpKind::Get => get_short_fast(uep, &op.buf, len, op.remote, key),
-            RmaOpKind::Amo { op: aop, fetch: false, size } => {
-                if size == 4 {
-                    uep.atomic32_post(aop, op.amo.value as u32, op.remote, key)
-                } else {
-                    uep.atomic64_post(aop, op.amo.value, op.remote, key)
-                }
-            }
+            RmaOpKind::Get => get_short(uep, &op.buf, 0, len, op.remote, key),
+            RmaOpKind::Amo { op: aop, fetch: false, size } => post_atomic(uep, aop, size, op.amo.value, op.remote, key),
             RmaOpKind::Amo { op: aop, fetch: true, size } => {
                 return self.fetch_fast(ep_id, op, uep, key, &rkey, aop, size, lane, param);
             }
@@ -433,20 +427,10 @@ impl Core {
     ) -> Option<UcsResult<Option<Id>>> {
         let res = op.buf.contig_seg()?;
         let (comp, slot) = self.zc_completion(ZcDone::Rma { rid: Id::from_raw(u64::MAX) });
-        let (v, c) = (op.amo.value, Some(&comp));
         // SAFETY: `res` is the operation's reply buffer of `size` bytes, aligned (checked by
         // the caller), writable without other access until the operation completes (its
         // `UserBuf`'s contract); a started operation completes only after its completion.
-        let r = unsafe {
-            match (aop, size) {
-                (uct::AtomicOp::Cswap, 4) => {
-                    uep.atomic_cswap32(op.amo.compare as u32, v as u32, op.remote, key, res.ptr.cast(), c)
-                }
-                (uct::AtomicOp::Cswap, _) => uep.atomic_cswap64(op.amo.compare, v, op.remote, key, res.ptr.cast(), c),
-                (_, 4) => uep.atomic32_fetch(aop, v as u32, res.ptr.cast(), op.remote, key, c),
-                _ => uep.atomic64_fetch(aop, v, res.ptr.cast(), op.remote, key, c),
-            }
-        };
+        let r = unsafe { fetch_atomic(uep, aop, size, op.amo, op.remote, key, res.ptr, &comp) };
         Some(match r {
             Ok(Outcome::Done(())) => {
                 self.zc_unused(comp, slot);
@@ -637,18 +621,20 @@ impl Core {
         let Some(key) = rkey.keys.get(lane as usize).and_then(Option::as_ref) else { return fail(Status::Unsupported) };
         let Some(l) = lanes.uct_eps.get(lane as usize) else { return fail(Status::InvalidParam) };
         let ep = &*l.ep;
-        let mut tmp = [0u8; SHORT_BUF];
         let (off, len) = (t.offset, t.len);
         match (t.kind, t.proto) {
-            (RmaOpKind::Put, RmaProto::Short) => match short_bytes(&t.buf, off, len, &mut tmp) {
-                Some(b) => (TxResult::from_uct(ep.put_short(b, t.remote, key)), None),
-                None => fail(Status::InvalidParam),
-            },
+            (RmaOpKind::Put, RmaProto::Short) => {
+                let mut tmp = [0u8; SHORT_BUF];
+                match short_bytes(&t.buf, off, len, &mut tmp) {
+                    Some(b) => (TxResult::from_uct(ep.put_short(b, t.remote, key)), None),
+                    None => fail(Status::InvalidParam),
+                }
+            }
             (RmaOpKind::Put, RmaProto::Bcopy) => {
                 (TxResult::from_uct(ep.put_bcopy(&mut |dst| pack(dst, &t.buf, off, len), t.remote, key)), None)
             }
             (RmaOpKind::Get, RmaProto::Short) => {
-                (TxResult::from_uct(get_short(ep, &t.buf, off, len, t.remote, key, &mut tmp)), None)
+                (TxResult::from_uct(get_short(ep, &t.buf, off, len, t.remote, key)), None)
             }
             (RmaOpKind::Get, RmaProto::Bcopy) => {
                 let Some(run) = t.buf.run_at(off).and_then(|s| s.sub(0, len)) else {
@@ -685,14 +671,8 @@ impl Core {
                 self.settle(comp, slot, r, Some(memh), rkey)
             }
             (RmaOpKind::Amo { op, fetch, size }, RmaProto::Amo) => {
-                let v = t.amo.value;
                 if !fetch {
-                    let r = if size == 4 {
-                        ep.atomic32_post(op, v as u32, t.remote, key)
-                    } else {
-                        ep.atomic64_post(op, v, t.remote, key)
-                    };
-                    return (TxResult::from_uct(r), None);
+                    return (TxResult::from_uct(post_atomic(ep, op, size, t.amo.value, t.remote, key)), None);
                 }
                 let Some(res) =
                     t.buf.contig_seg().filter(|s| s.len == size as usize && (s.ptr as usize) % size as usize == 0)
@@ -700,22 +680,10 @@ impl Core {
                     return fail(Status::InvalidParam);
                 };
                 let (comp, slot) = self.zc_completion(t.token);
-                let c = Some(&comp);
                 // SAFETY: `res` is the operation's result buffer of `size` bytes, aligned
                 // (checked), writable without other access until the operation completes (its
                 // `UserBuf`'s contract), which the engine does only after the completion.
-                let r = unsafe {
-                    match (op, size) {
-                        (uct::AtomicOp::Cswap, 4) => {
-                            ep.atomic_cswap32(t.amo.compare as u32, v as u32, t.remote, key, res.ptr.cast(), c)
-                        }
-                        (uct::AtomicOp::Cswap, _) => {
-                            ep.atomic_cswap64(t.amo.compare, v, t.remote, key, res.ptr.cast(), c)
-                        }
-                        (_, 4) => ep.atomic32_fetch(op, v as u32, res.ptr.cast(), t.remote, key, c),
-                        _ => ep.atomic64_fetch(op, v, res.ptr.cast(), t.remote, key, c),
-                    }
-                };
+                let r = unsafe { fetch_atomic(ep, op, size, t.amo, t.remote, key, res.ptr, &comp) };
                 self.settle(comp, slot, r, None, rkey)
             }
             _ => fail(Status::InvalidParam),
@@ -795,7 +763,9 @@ fn short_bytes<'a>(buf: &'a UserBuf, off: usize, len: usize, tmp: &'a mut [u8; S
     Some(t)
 }
 
-/// Reads `len` bytes at `remote` with `get_short` into bytes `[off, off + len)` of `buf`.
+/// Reads `len` bytes at `remote` with `get_short` into bytes `[off, off + len)` of `buf`:
+/// straight into the buffer when it is contiguous, else through the stack.
+#[inline]
 fn get_short(
     ep: &dyn uct::Ep,
     buf: &UserBuf,
@@ -803,8 +773,13 @@ fn get_short(
     len: usize,
     remote: u64,
     key: &uct::RemoteKey,
-    tmp: &mut [u8; SHORT_BUF],
 ) -> ucs::OpResult {
+    if let Some(dst) = buf.contig_seg().and_then(|s| s.sub(off, len)) {
+        // SAFETY: a piece of the operation's buffer, writable without other access until it
+        // completes (its `UserBuf`'s contract); a short get completes within this call.
+        return ep.get_short(unsafe { std::slice::from_raw_parts_mut(dst.ptr, dst.len) }, remote, key);
+    }
+    let mut tmp = [0u8; SHORT_BUF];
     let Some(t) = tmp.get_mut(..len) else { return Err(Status::InvalidParam) };
     let r = ep.get_short(t, remote, key)?;
     if let Outcome::Done(()) = r {
@@ -813,18 +788,51 @@ fn get_short(
     Ok(r)
 }
 
-/// A get that fits one short operation into the start of `buf`: into the buffer itself when it
-/// is contiguous, else through the stack.
+/// An atomic without result, 4 or 8 bytes.
 #[inline]
-fn get_short_fast(ep: &dyn uct::Ep, buf: &UserBuf, len: usize, remote: u64, key: &uct::RemoteKey) -> ucs::OpResult {
-    if let Some(seg) = buf.contig_seg() {
-        // SAFETY: the operation's buffer, writable without other access until it completes
-        // (its `UserBuf`'s contract); the get completes within this call (short).
-        let dst = unsafe { std::slice::from_raw_parts_mut(seg.ptr, len.min(seg.len)) };
-        return ep.get_short(dst, remote, key);
+fn post_atomic(
+    ep: &dyn uct::Ep,
+    op: uct::AtomicOp,
+    size: u8,
+    value: u64,
+    remote: u64,
+    key: &uct::RemoteKey,
+) -> ucs::OpResult {
+    if size == 4 {
+        ep.atomic32_post(op, value as u32, remote, key)
+    } else {
+        ep.atomic64_post(op, value, remote, key)
     }
-    let mut tmp = [0u8; SHORT_BUF];
-    get_short(ep, buf, 0, len, remote, key, &mut tmp)
+}
+
+/// An atomic with result (`Cswap` compares with `amo.compare`), 4 or 8 bytes; the old value
+/// goes to `res`.
+///
+/// # Safety
+/// `res` must be aligned to `size` and valid for writes of `size` bytes, without other access,
+/// until the operation completes.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn fetch_atomic(
+    ep: &dyn uct::Ep,
+    op: uct::AtomicOp,
+    size: u8,
+    amo: AmoArgs,
+    remote: u64,
+    key: &uct::RemoteKey,
+    res: *mut u8,
+    comp: &Rc<uct::Completion>,
+) -> ucs::OpResult {
+    let (v, c) = (amo.value, Some(comp));
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (op, size) {
+            (uct::AtomicOp::Cswap, 4) => ep.atomic_cswap32(amo.compare as u32, v as u32, remote, key, res.cast(), c),
+            (uct::AtomicOp::Cswap, _) => ep.atomic_cswap64(amo.compare, v, remote, key, res.cast(), c),
+            (_, 4) => ep.atomic32_fetch(op, v as u32, res.cast(), remote, key, c),
+            _ => ep.atomic64_fetch(op, v, res.cast(), remote, key, c),
+        }
+    }
 }
 
 /// Packs bytes `[off, off + len)` of `buf` into a transport buffer; the length (0, logged, if

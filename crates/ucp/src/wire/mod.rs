@@ -421,6 +421,16 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
+    /// A status code (4 bytes); one UCX does not name is an error.
+    pub fn status(&mut self) -> Result<Status, WireError> {
+        let code = self.u32()?;
+        i8::try_from(code as i32).ok().and_then(Status::from_code).ok_or(WireError::OutOfRange {
+            what: self.what,
+            field: "status",
+            value: code as u64,
+        })
+    }
+
     /// A remote key: a 16-bit length, then the key.
     pub fn key(&mut self) -> Result<uct::PackedKey, WireError> {
         let n = self.u16()? as usize;

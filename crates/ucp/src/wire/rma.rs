@@ -11,14 +11,6 @@ use ucs::Status;
 use super::{Header, Reader, WireError, Writer};
 use super::{AM_AMO_REP, AM_AMO_REQ, AM_RMA_FLUSH, AM_RMA_FLUSH_REP, AM_RMA_GET_REP, AM_RMA_GET_REQ, AM_RMA_PUT};
 
-fn status_of(what: &'static str, code: u32) -> Result<Status, WireError> {
-    i8::try_from(code as i32).ok().and_then(Status::from_code).ok_or(WireError::OutOfRange {
-        what,
-        field: "status",
-        value: code as u64,
-    })
-}
-
 /// Put: the payload goes to `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PutHdr {
@@ -107,8 +99,8 @@ impl GetRep {
     pub fn decode(data: &[u8]) -> Result<(Self, &[u8]), WireError> {
         let what = "rma get reply";
         let mut r = Reader::new(what, data);
-        let (rreq, offset, code) = (r.u64()?, r.u64()?, r.u32()?);
-        Ok((GetRep { rreq, offset, status: status_of(what, code)? }, r.rest()))
+        let (rreq, offset, status) = (r.u64()?, r.u64()?, r.status()?);
+        Ok((GetRep { rreq, offset, status }, r.rest()))
     }
 }
 
@@ -208,9 +200,9 @@ impl AmoRep {
     pub fn decode(data: &[u8]) -> Result<Self, WireError> {
         let what = "atomic reply";
         let mut r = Reader::new(what, data);
-        let (rreq, value, code) = (r.u64()?, r.u64()?, r.u32()?);
+        let (rreq, value, status) = (r.u64()?, r.u64()?, r.status()?);
         r.end()?;
-        Ok(AmoRep { rreq, value, status: status_of(what, code)? })
+        Ok(AmoRep { rreq, value, status })
     }
 }
 
@@ -247,9 +239,9 @@ impl FlushMsg {
     pub fn decode(id: u8, data: &[u8]) -> Result<Self, WireError> {
         let what = if id == AM_RMA_FLUSH { "rma flush" } else { "rma flush reply" };
         let mut r = Reader::new(what, data);
-        let (ep, code) = (r.u64()?, r.u32()?);
+        let (ep, status) = (r.u64()?, r.status()?);
         r.end()?;
-        Ok(FlushMsg { reply: id == AM_RMA_FLUSH_REP, ep, status: status_of(what, code)? })
+        Ok(FlushMsg { reply: id == AM_RMA_FLUSH_REP, ep, status })
     }
 }
 

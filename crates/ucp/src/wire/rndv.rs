@@ -80,14 +80,8 @@ impl Ats {
     pub fn decode(data: &[u8]) -> Result<Self, WireError> {
         let what = "rndv ats";
         let mut r = Reader::new(what, data);
-        let sreq = r.u64()?;
-        let code = r.u32()? as i32;
+        let (sreq, status) = (r.u64()?, r.status()?);
         r.end()?;
-        let status = i8::try_from(code).ok().and_then(Status::from_code).ok_or(WireError::OutOfRange {
-            what,
-            field: "status",
-            value: code as u32 as u64,
-        })?;
         Ok(Ats { sreq, status })
     }
 }
