@@ -10,6 +10,36 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use ucs::{Status, UcsResult};
 use uct::AtomicOp;
 
+/// `std::ptr::copy` (memmove) with the sizes of small operations, 4 to 16 bytes, done inline:
+/// every load before any store, so overlapping ranges come out as memmove leaves them.
+///
+/// # Safety
+/// As `std::ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
+#[inline(always)]
+unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    if (8..=16).contains(&len) {
+        // SAFETY: the accesses are the first and last 8 bytes of the `len`-byte ranges the
+        // caller vouches for, unaligned.
+        unsafe {
+            let a = src.cast::<u64>().read_unaligned();
+            let b = src.add(len - 8).cast::<u64>().read_unaligned();
+            dst.cast::<u64>().write_unaligned(a);
+            dst.add(len - 8).cast::<u64>().write_unaligned(b);
+        }
+    } else if (4..8).contains(&len) {
+        // SAFETY: the first and last 4 bytes of the ranges, as above.
+        unsafe {
+            let a = src.cast::<u32>().read_unaligned();
+            let b = src.add(len - 4).cast::<u32>().read_unaligned();
+            dst.cast::<u32>().write_unaligned(a);
+            dst.add(len - 4).cast::<u32>().write_unaligned(b);
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy(src, dst, len) }
+    }
+}
+
 /// A region of memory the transport may access: `len` bytes at `base`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LocalRegion {
@@ -38,7 +68,7 @@ impl LocalRegion {
         // SAFETY: `at` checked that [dst, dst + len) lies inside the region, which the caller
         // guarantees is valid; `data` is a distinct Rust slice, so the ranges cannot overlap
         // unless the user registered memory they also borrow, which `mem_reg` forbids.
-        unsafe { std::ptr::copy(data.as_ptr(), dst, data.len()) };
+        unsafe { move_bytes(data.as_ptr(), dst, data.len()) };
         Ok(())
     }
 
@@ -51,7 +81,7 @@ impl LocalRegion {
         let src = self.at(off, len)?;
         // SAFETY: source range checked above; the caller vouches for `dst`. `copy` tolerates
         // overlap (a get into the same registered buffer).
-        unsafe { std::ptr::copy(src, dst, len) };
+        unsafe { move_bytes(src, dst, len) };
         Ok(())
     }
 
@@ -290,5 +320,21 @@ mod tests {
             assert_eq!(cswap32(r.atomic32(8).unwrap(), 7, 1), 7);
         }
         assert_eq!(buf[1], 1);
+    }
+
+    #[test]
+    fn copies_of_every_small_size_match_memmove_also_overlapping() {
+        for len in 0..=24usize {
+            for (src_at, dst_at) in [(0usize, 40usize), (3, 45), (0, 5), (5, 0), (2, 2)] {
+                let mut a: Vec<u8> = (0..80u8).collect();
+                let mut b = a.clone();
+                // SAFETY: both ranges lie inside the 80-byte vectors (at most 45 + 24 bytes).
+                unsafe {
+                    move_bytes(a.as_ptr().add(src_at), a.as_mut_ptr().add(dst_at), len);
+                    std::ptr::copy(b.as_ptr().add(src_at), b.as_mut_ptr().add(dst_at), len);
+                }
+                assert_eq!(a, b, "len {len}, from {src_at} to {dst_at}");
+            }
+        }
     }
 }

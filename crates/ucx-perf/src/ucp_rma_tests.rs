@@ -146,6 +146,12 @@ impl Engine<'_> {
     /// One operation of the test's kind.
     #[inline]
     fn op(&self) -> Result<(), String> {
+        self.op_as(self.cmd)
+    }
+
+    /// One operation of kind `cmd` (a constant where the stream loop is specialized).
+    #[inline(always)]
+    fn op_as(&self, cmd: Command) -> Result<(), String> {
         self.wait_below(self.max)?;
         let s = self.s;
         let (remote, key) = (s.remote, &s.key);
@@ -153,7 +159,7 @@ impl Engine<'_> {
         // (`drain`) before they go; the send buffer is the source of puts and the destination of
         // gets and replies, which nothing else touches during a run.
         let r = unsafe {
-            match self.cmd {
+            match cmd {
                 Command::Put => s.ep.put_nbx(
                     SendData::Contig(std::slice::from_raw_parts(s.send.address as *const u8, s.len)),
                     remote,
@@ -266,6 +272,19 @@ impl Engine<'_> {
         self.drain()
     }
 
+    /// The sender's operations of a stream, all of kind `cmd`.
+    #[inline(always)]
+    fn send_all(&self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured), cmd: Command) -> Result<(), String> {
+        let len = self.s.len as u64;
+        while !meter.done() {
+            self.op_as(cmd)?;
+            if meter.update(1, len) {
+                rep(&meter.measure(true));
+            }
+        }
+        Ok(())
+    }
+
     fn stream(
         &self,
         meter: &mut Meter,
@@ -274,13 +293,15 @@ impl Engine<'_> {
         rep: &mut dyn FnMut(&Measured),
     ) -> Result<(), String> {
         let s = self.s;
-        let len = s.len as u64;
         if sender {
-            while !meter.done() {
-                self.op()?;
-                if meter.update(1, len) {
-                    rep(&meter.measure(true));
-                }
+            // One loop per kind of operation, so that none decides its kind per operation.
+            match self.cmd {
+                Command::Put => self.send_all(meter, rep, Command::Put)?,
+                Command::Get => self.send_all(meter, rep, Command::Get)?,
+                Command::Add => self.send_all(meter, rep, Command::Add)?,
+                Command::Fadd => self.send_all(meter, rep, Command::Fadd)?,
+                Command::Swap => self.send_all(meter, rep, Command::Swap)?,
+                _ => self.send_all(meter, rep, Command::Cswap)?,
             }
             self.send_sentinel()?;
             if !loopback {

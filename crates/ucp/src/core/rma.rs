@@ -34,6 +34,12 @@ pub(crate) struct Rkey {
     pub local: Option<(NonNull<u8>, usize)>,
     /// The components the key had entries for (for messages).
     pub components: String,
+    /// The endpoint's lanes (fixed for its lifetime): the fast path calls their transport
+    /// endpoints without looking the endpoint up.
+    pub io: Rc<EpLanes>,
+    /// The largest contiguous put the fast path sends as one `put_short` or `put_bcopy` (0:
+    /// none): `routes.put`'s short limit, or its bcopy limit below the zero-copy threshold.
+    pub put_direct_max: usize,
 }
 
 /// The user's operation, as the API hands it to the driver.
@@ -57,7 +63,7 @@ impl Core {
     /// Unpacks a peer's packed remote key on endpoint `ep_id` (`ucp_ep_rkey_unpack`): every
     /// field is checked, each lane of the endpoint gets the key of its memory domain, and the
     /// routes of puts, gets and atomics are resolved once.
-    pub fn rkey_unpack(&self, ep_id: Id, bytes: &[u8]) -> UcsResult<Id> {
+    pub fn rkey_unpack(&self, ep_id: Id, bytes: &[u8]) -> UcsResult<(Id, Rc<Rkey>)> {
         let packed = PackedRkey::decode(bytes).map_err(|e| {
             tracing::error!("rkey_unpack: {e}");
             Status::from(e)
@@ -137,7 +143,11 @@ impl Core {
             }
             Some((NonNull::new(map.as_ptr().wrapping_add(off))?, packed.length as usize))
         });
-        let rkey = Rkey {
+        let put_direct_max = routes.put.map_or(0, |c| {
+            let bcopy = if c.zcopy_max == 0 { c.bcopy_max } else { c.bcopy_max.min(c.zcopy_thresh.saturating_sub(1)) };
+            c.short_max.max(bcopy)
+        });
+        let rkey = Rc::new(Rkey {
             ep: ep_id,
             base: packed.address,
             len: packed.length,
@@ -145,8 +155,11 @@ impl Core {
             routes,
             local,
             components: packed.entries.iter().map(|e| e.component).collect::<Vec<_>>().join(","),
-        };
-        Ok(self.rkeys.borrow_mut().insert(Rc::new(rkey)))
+            io,
+            put_direct_max,
+        });
+        let id = self.rkeys.borrow_mut().insert(rkey.clone());
+        Ok((id, rkey))
     }
 
     /// Releases an unpacked key (`ucp_rkey_destroy`). Operations still queued with it fail.
@@ -306,142 +319,185 @@ impl Core {
         vec![xfer("put", r.put), xfer("get", r.get), amo]
     }
 
-    /// Starts a remote memory access or atomic on endpoint `ep_id`; `Ok(None)`: completed at
-    /// once.
+    /// Starts a remote memory access or atomic on endpoint `ep_id` with key `rk` (the key of
+    /// `op.rkey`); `Ok(None)`: completed at once. The common operations go straight to the
+    /// transport ([`Core::put_direct`], [`Core::get_direct`], [`Core::amo_direct`]) before
+    /// anything else is built.
     #[inline(always)]
-    pub fn rma_start(&self, ep_id: Id, op: RmaOp, mut param: RequestParam) -> UcsResult<Option<Id>> {
-        if !param.flags.contains(RequestFlags::NO_IMM_CMPL) {
-            if let Some(r) = self.rma_fast(ep_id, &op, &mut param) {
+    pub fn rma_start(&self, ep_id: Id, rk: &Rkey, op: RmaOp, mut param: RequestParam) -> UcsResult<Option<Id>> {
+        if !param.flags.contains(RequestFlags::NO_IMM_CMPL) && rk.ep == ep_id {
+            let direct = match op.kind {
+                RmaOpKind::Put => match op.buf.contig_bytes() {
+                    Some(data) => self.put_direct(ep_id, rk, data, op.remote).map(|r| r.map(|()| None)),
+                    None => None,
+                },
+                RmaOpKind::Get => match op.buf.contig_seg() {
+                    // SAFETY: the operation's buffer, writable without other access until it
+                    // completes (its `UserBuf`'s contract); a direct get completes at once.
+                    Some(s) => unsafe { self.get_direct(ep_id, rk, s.ptr, s.len, op.remote) }.map(|r| r.map(|()| None)),
+                    None => None,
+                },
+                RmaOpKind::Amo { op: aop, fetch, size } => {
+                    let reply = match (fetch, op.buf.contig_seg()) {
+                        (false, _) => Some(std::ptr::null_mut()),
+                        (true, Some(s)) if s.len == size as usize => Some(s.ptr),
+                        (true, _) => None,
+                    };
+                    match reply {
+                        // SAFETY: a fetching operation's reply buffer of `size` bytes, writable
+                        // without other access until it completes (its `UserBuf`'s contract).
+                        Some(res) => unsafe {
+                            self.amo_direct(ep_id, rk, op.rkey, aop, size, op.amo, op.remote, res, &mut param)
+                        },
+                        None => None,
+                    }
+                }
+            };
+            if let Some(r) = direct {
                 return r;
             }
         }
         self.rma_slow(ep_id, op, param)
     }
 
-    /// The common operations as one transport call with nothing else: a contiguous put that
-    /// fits one short or bcopy operation, a get that fits one short operation, an atomic -
-    /// on a ready endpoint, within the key's region. A fetching atomic carries a completion
-    /// from the worker's free list; if the transport finishes it later, it gets its request
-    /// (from `param`, taken) then. `None`: anything else, or the transport could not take it
-    /// now ([`Core::rma_slow`] sees it again).
+    /// Marks endpoint `ep_id` as having unflushed remote operations if it is ready for a
+    /// direct transport call (connected, nothing queued or parked); `false`: it is not.
     #[inline(always)]
-    fn rma_fast(&self, ep_id: Id, op: &RmaOp, param: &mut RequestParam) -> Option<UcsResult<Option<Id>>> {
-        let rkey = {
-            let t = self.rkeys.borrow();
-            let k = t.get(op.rkey)?;
-            if k.ep != ep_id {
-                return None;
+    fn direct_rma(&self, ep_id: Id) -> bool {
+        let mut e = self.engine.borrow_mut();
+        match e.sh.eps.get_mut(ep_id) {
+            Some(ep) if ep.ready() => {
+                ep.rma_dirty = true;
+                true
             }
-            k.clone()
-        };
-        let (lane, len) = match op.kind {
-            RmaOpKind::Put => {
-                let c = rkey.routes.put?;
-                let len = op.buf.len();
-                let fits = len <= c.short_max || (len <= c.bcopy_max && (c.zcopy_max == 0 || len < c.zcopy_thresh));
-                // (A lane without short or bcopy has limits of 0: nothing fits; an empty put
-                // completes on the slow path without a transport call.)
-                if !fits || len == 0 || op.buf.contig_seg().is_none() {
-                    return None;
-                }
-                (c.lane, len)
-            }
-            RmaOpKind::Get => {
-                let c = rkey.routes.get?;
-                let len = op.buf.len();
-                if len > c.short_max || len == 0 {
-                    return None;
-                }
-                (c.lane, len)
-            }
-            RmaOpKind::Amo { op: aop, fetch: false, size } => {
-                let a = rkey.routes.amo?;
-                let ops = if size == 4 { a.post32 } else { a.post64 };
-                if !ops.contains(aop.bit()) || op.remote % size as u64 != 0 {
-                    return None;
-                }
-                (a.lane, size as usize)
-            }
-            RmaOpKind::Amo { op: aop, fetch: true, size } => {
-                let a = rkey.routes.amo?;
-                let ops = if size == 4 { a.fetch32 } else { a.fetch64 };
-                let reply = op.buf.contig_seg()?;
-                let aligned = op.remote % size as u64 == 0 && (reply.ptr as usize) % size as usize == 0;
-                if !ops.contains(aop.bit()) || !aligned || reply.len != size as usize {
-                    return None;
-                }
-                (a.lane, size as usize)
-            }
-        };
-        let inside = op.remote.checked_sub(rkey.base).is_some_and(|o| o.saturating_add(len as u64) <= rkey.len);
-        if !inside {
-            return None;
-        }
-        let io = {
-            let mut e = self.engine.borrow_mut();
-            let ep = e.sh.eps.get_mut(ep_id)?;
-            if !ep.ready() {
-                return None;
-            }
-            ep.rma_dirty = true;
-            ep.io.clone()
-        };
-        let key = rkey.keys.get(lane as usize)?.as_ref()?;
-        let uep = &*io.uct_eps.get(lane as usize)?.ep;
-        let r = match op.kind {
-            RmaOpKind::Put => {
-                let bytes = op.buf.contig_bytes()?;
-                if len <= rkey.routes.put?.short_max {
-                    uep.put_short(bytes, op.remote, key)
-                } else {
-                    uep.put_bcopy(&mut |dst| pack(dst, &op.buf, 0, len), op.remote, key).map(|o| o.map(|_| ()))
-                }
-            }
-            RmaOpKind::Get => get_short(uep, &op.buf, 0, len, op.remote, key),
-            RmaOpKind::Amo { op: aop, fetch: false, size } => post_atomic(uep, aop, size, op.amo.value, op.remote, key),
-            RmaOpKind::Amo { op: aop, fetch: true, size } => {
-                return self.fetch_fast(ep_id, op, uep, key, &rkey, aop, size, lane, param);
-            }
-        };
-        match r {
-            Ok(Outcome::Done(())) => Some(Ok(None)),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
+            _ => false,
         }
     }
 
-    /// A fetching atomic on the fast path (see [`Core::rma_fast`]).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn fetch_fast(
+    /// The lane `lane`'s transport endpoint and key for an access of `len` bytes at `remote`
+    /// of `rk`, if it lies within the key's region and endpoint `ep_id` is ready for a direct
+    /// call (marked as having unflushed operations then).
+    #[inline(always)]
+    fn direct_lane<'k>(
         &self,
         ep_id: Id,
-        op: &RmaOp,
-        uep: &dyn uct::Ep,
-        key: &uct::RemoteKey,
-        rkey: &Rc<Rkey>,
+        rk: &'k Rkey,
+        lane: u8,
+        remote: u64,
+        len: usize,
+    ) -> Option<(&'k dyn uct::Ep, &'k uct::RemoteKey)> {
+        let inside = remote.checked_sub(rk.base).is_some_and(|o| o.saturating_add(len as u64) <= rk.len);
+        if !inside {
+            return None;
+        }
+        let key = rk.keys.get(lane as usize)?.as_ref()?;
+        let uep = &*rk.io.uct_eps.get(lane as usize)?.ep;
+        self.direct_rma(ep_id).then_some((uep, key))
+    }
+
+    /// A contiguous put that fits one `put_short` or `put_bcopy`, on a ready endpoint, inside
+    /// the key's region, as one transport call (the fast path). `None`: anything else, or the
+    /// transport could not take it now ([`Core::rma_slow`] sees it again).
+    #[inline(always)]
+    pub fn put_direct(&self, ep_id: Id, rk: &Rkey, data: &[u8], remote: u64) -> Option<UcsResult<()>> {
+        let len = data.len();
+        // (Without short or bcopy the limit is 0: nothing fits; an empty put completes on the
+        // slow path without a transport call.)
+        if len.wrapping_sub(1) >= rk.put_direct_max {
+            return None;
+        }
+        let c = rk.routes.put?;
+        let (uep, key) = self.direct_lane(ep_id, rk, c.lane, remote, len)?;
+        let r = if len <= c.short_max {
+            uep.put_short(data, remote, key)
+        } else {
+            uep.put_bcopy(&mut |dst| pack_slice(dst, data), remote, key).map(|o| o.map(|_| ()))
+        };
+        done_or_none(r)
+    }
+
+    /// A get of `len` bytes into `dst` that fits one `get_short` (as [`Core::put_direct`]).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, without other access during the call.
+    #[inline(always)]
+    pub unsafe fn get_direct(
+        &self,
+        ep_id: Id,
+        rk: &Rkey,
+        dst: *mut u8,
+        len: usize,
+        remote: u64,
+    ) -> Option<UcsResult<()>> {
+        let c = rk.routes.get?;
+        if len.wrapping_sub(1) >= c.short_max {
+            return None;
+        }
+        let (uep, key) = self.direct_lane(ep_id, rk, c.lane, remote, len)?;
+        // SAFETY: the caller's promise; a short get completes within the call.
+        done_or_none(uep.get_short(unsafe { std::slice::from_raw_parts_mut(dst, len) }, remote, key))
+    }
+
+    /// An atomic the key's atomic lane does, aligned, on a ready endpoint, inside the region
+    /// (as [`Core::put_direct`]); `res` is the reply buffer of a fetching one (null for the
+    /// others). A fetching atomic carries a completion from the worker's free list; if the
+    /// transport finishes it later, it gets its request (from `param`, taken) then.
+    ///
+    /// # Safety
+    /// A non-null `res` must be valid for writes of `size` bytes, without other access, until
+    /// the operation completes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn amo_direct(
+        &self,
+        ep_id: Id,
+        rk: &Rkey,
+        rkey_id: Id,
         aop: uct::AtomicOp,
         size: u8,
-        lane: u8,
+        amo: AmoArgs,
+        remote: u64,
+        res: *mut u8,
         param: &mut RequestParam,
     ) -> Option<UcsResult<Option<Id>>> {
-        let res = op.buf.contig_seg()?;
+        let a = rk.routes.amo?;
+        let fetch = !res.is_null();
+        let ops = match (fetch, size) {
+            (false, 4) => a.post32,
+            (false, _) => a.post64,
+            (true, 4) => a.fetch32,
+            (true, _) => a.fetch64,
+        };
+        let aligned = remote % size as u64 == 0 && (res as usize) % size as usize == 0;
+        if !ops.contains(aop.bit()) || !aligned {
+            return None;
+        }
+        let (uep, key) = self.direct_lane(ep_id, rk, a.lane, remote, size as usize)?;
+        if !fetch {
+            return done_or_none(post_atomic(uep, aop, size, amo.value, remote, key)).map(|r| r.map(|()| None));
+        }
         let (comp, slot) = self.zc_completion(ZcDone::Rma { rid: Id::from_raw(u64::MAX) });
-        // SAFETY: `res` is the operation's reply buffer of `size` bytes, aligned (checked by
-        // the caller), writable without other access until the operation completes (its
-        // `UserBuf`'s contract); a started operation completes only after its completion.
-        let r = unsafe { fetch_atomic(uep, aop, size, op.amo, op.remote, key, res.ptr, &comp) };
+        // SAFETY: `res` is the operation's reply buffer of `size` bytes, aligned (checked
+        // above), writable without other access until the operation completes (the caller's
+        // promise); a started operation completes only after its completion.
+        let r = unsafe { fetch_atomic(uep, aop, size, amo, remote, key, res, &comp) };
         Some(match r {
             Ok(Outcome::Done(())) => {
                 self.zc_unused(comp, slot);
                 Ok(None)
             }
             Ok(Outcome::InProgress) => {
-                slot.keep_rma(None, rkey.clone());
-                let route = RmaRoute { lane, proto: RmaProto::Amo, piece: size as usize };
+                // The key stays until the completion (the user may destroy it before).
+                if let Some(rkey) = self.rkeys.borrow().get(rkey_id) {
+                    slot.keep_rma(None, rkey.clone());
+                }
+                let route = RmaRoute { lane: a.lane, proto: RmaProto::Amo, piece: size as usize };
                 let param = std::mem::take(param);
+                // SAFETY: as above; the request's buffer is the reply buffer.
+                let buf = unsafe { UserBuf::contig(res, size as usize) };
+                let op = RmaOp { kind: RmaOpKind::Amo { op: aop, fetch: true, size }, buf, remote, rkey: rkey_id, amo };
                 let rid = self.with_engine(|e| {
-                    let req = rma_req(ep_id, op, route, param.hint(), 1, 1);
+                    let req = rma_req(ep_id, &op, route, param.hint(), 1, 1);
                     e.sh.rma_inflight(req, param)
                 });
                 slot.set_what(ZcDone::Rma { rid });
@@ -831,6 +887,32 @@ unsafe fn fetch_atomic(
             (uct::AtomicOp::Cswap, _) => ep.atomic_cswap64(amo.compare, v, remote, key, res.cast(), c),
             (_, 4) => ep.atomic32_fetch(op, v as u32, res.cast(), remote, key, c),
             _ => ep.atomic64_fetch(op, v, res.cast(), remote, key, c),
+        }
+    }
+}
+
+/// The outcome of a direct call: done, or an error; `None` when the transport did not take it
+/// (the slow path tries again, and queues it).
+#[inline(always)]
+fn done_or_none(r: ucs::OpResult) -> Option<UcsResult<()>> {
+    match r {
+        Ok(Outcome::Done(())) => Some(Ok(())),
+        Ok(_) => None,
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// Packs a contiguous put into a transport buffer; its length (0, logged, if it does not fit:
+/// a bug, the route sized it).
+fn pack_slice(dst: &mut [u8], data: &[u8]) -> usize {
+    match dst.get_mut(..data.len()) {
+        Some(d) => {
+            d.copy_from_slice(data);
+            data.len()
+        }
+        None => {
+            tracing::error!("put: {} bytes do not fit the transport's {}-byte buffer", data.len(), dst.len());
+            0
         }
     }
 }

@@ -13,13 +13,16 @@
 //! Beyond UCX: an access outside the region a remote key describes is refused at the origin
 //! (`OutOfRange`), where C UCX writes wherever it is told.
 
+use std::ptr::NonNull;
+use std::rc::Rc;
+
 use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
 use super::data::{RecvData, SendData};
 use super::future::{FutState, RecvFuture, SendFuture};
-use super::{Endpoint, Request, Worker};
-use crate::core::rma::RmaOp;
+use super::{Endpoint, Entered, Request, Worker};
+use crate::core::rma::{Rkey, RmaOp};
 use crate::dt::UserBuf;
 use crate::mem::MemHandle;
 use crate::proto::select::RmaOpKind;
@@ -33,9 +36,20 @@ pub struct RemoteKey {
     worker: Worker,
     pub(crate) ep: Id,
     pub(crate) id: Id,
+    /// The unpacked key itself, a strong reference (`Rc::into_raw`) released on drop: the
+    /// fast path reads it without looking the id up. Dereferenced, cloned and released only
+    /// inside the worker ([`Worker::enter`]).
+    rk: NonNull<Rkey>,
     address: u64,
     length: u64,
 }
+
+// SAFETY: `rk` is the only non-thread-safe part: its reference count and contents are touched
+// only after `Worker::enter`, which serializes access (the owner thread of a single-threaded
+// worker, the lock of the others) - the same rule as every object of the worker's core.
+unsafe impl Send for RemoteKey {}
+// SAFETY: as for `Send`; `&RemoteKey` gives nothing that bypasses `Worker::enter`.
+unsafe impl Sync for RemoteKey {}
 
 impl std::fmt::Debug for RemoteKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -67,9 +81,24 @@ impl RemoteKey {
     }
 }
 
+impl RemoteKey {
+    /// The unpacked key, for a caller inside the worker.
+    #[inline(always)]
+    fn rk(&self, _inside: &Entered<'_>) -> &Rkey {
+        // SAFETY: `rk` holds a strong reference until `drop`, and the caller is inside the
+        // worker (see the field).
+        unsafe { self.rk.as_ref() }
+    }
+}
+
 impl Drop for RemoteKey {
     fn drop(&mut self) {
+        // Outside the worker (a single-threaded worker dropped on another thread) the key is
+        // leaked rather than released unsynchronized.
         if let Ok(e) = self.worker.enter() {
+            // SAFETY: the reference `rk_unpack` made with `Rc::into_raw`, released once, inside
+            // the worker.
+            drop(unsafe { Rc::from_raw(self.rk.as_ptr().cast_const()) });
             e.core.rkey_destroy(self.id);
         }
     }
@@ -240,12 +269,11 @@ impl Endpoint {
     /// errors that say what was wrong.
     pub fn rkey_unpack(&self, bytes: &[u8]) -> UcsResult<RemoteKey> {
         let e = self.worker.enter()?;
-        let id = e.core.rkey_unpack(self.id, bytes)?;
-        let (address, length) = {
-            let k = e.core.rkeys.borrow();
-            k.get(id).map(|k| (k.base, k.len)).unwrap_or_default()
-        };
-        Ok(RemoteKey { worker: self.worker.clone(), ep: self.id, id, address, length })
+        let (id, rk) = e.core.rkey_unpack(self.id, bytes)?;
+        let (address, length) = (rk.base, rk.len);
+        // SAFETY: `Rc::into_raw` never returns null.
+        let rk = unsafe { NonNull::new_unchecked(Rc::into_raw(rk).cast_mut()) };
+        Ok(RemoteKey { worker: self.worker.clone(), ep: self.id, id, rk, address, length })
     }
 
     #[inline(always)]
@@ -268,7 +296,7 @@ impl Endpoint {
         param: RequestParam,
     ) -> UcsResult<Option<Id>> {
         let e = self.worker.enter()?;
-        e.core.rma_start(self.id, RmaOp { kind, buf, remote, rkey: rkey.id, amo }, param)
+        e.core.rma_start(self.id, rkey.rk(&e), RmaOp { kind, buf, remote, rkey: rkey.id, amo }, param)
     }
 
     /// Writes `data` to `remote_addr` of the peer's region `rkey` (`ucp_put_nbx`). Completion
