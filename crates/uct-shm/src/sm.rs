@@ -16,7 +16,7 @@ use uct::AtomicOp;
 /// # Safety
 /// As `std::ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
 #[inline(always)]
-unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
+pub(crate) unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
     if (8..=16).contains(&len) {
         // SAFETY: the accesses are the first and last 8 bytes of the `len`-byte ranges the
         // caller vouches for, unaligned.
@@ -38,6 +38,36 @@ unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy(src, dst, len) }
     }
+}
+
+/// The 64-bit atomic at `p` (an address `sm_direct` returned), if aligned.
+///
+/// # Safety
+/// `p`, when given, must be valid for 8 bytes for `'a`, and accessed only atomically.
+#[inline(always)]
+pub(crate) unsafe fn aligned64<'a>(p: Option<*mut u8>) -> Option<&'a AtomicU64> {
+    let p = p.filter(|p| (*p as usize) % 8 == 0)?;
+    // SAFETY: aligned (checked), valid (the caller's promise).
+    Some(unsafe { AtomicU64::from_ptr(p.cast()) })
+}
+
+/// The 32-bit atomic at `p`, as [`aligned64`].
+///
+/// # Safety
+/// As [`aligned64`], for 4 bytes.
+#[inline(always)]
+pub(crate) unsafe fn aligned32<'a>(p: Option<*mut u8>) -> Option<&'a AtomicU32> {
+    let p = p.filter(|p| (*p as usize) % 4 == 0)?;
+    // SAFETY: as in `aligned64`.
+    Some(unsafe { AtomicU32::from_ptr(p.cast()) })
+}
+
+/// Runs `f` out of line: the slow path of an operation whose fast path is inline, so the fast
+/// one does not pay for the registers and stack of the slow one.
+#[cold]
+#[inline(never)]
+pub(crate) fn cold<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// A region of memory the transport may access: `len` bytes at `base`.
@@ -168,18 +198,35 @@ pub(crate) fn cswap32(a: &AtomicU32, compare: u32, swap: u32) -> u32 {
 /// written once. Expands inside `impl Ep for T`, where `T` has
 /// `fn sm_access<R>(&self, rkey, addr, len, f: impl FnOnce(LocalRegion, u64) -> UcsResult<R>) -> OpResult<R>`
 /// (ordering and failure checks, the key check, and a region valid while `f` runs: `f` gets the
-/// region and the offset of `addr` in it) and `fn sm_seg_size(&self) -> usize`.
+/// region and the offset of `addr` in it), `fn sm_direct(&self, rkey, addr, len) -> Option<*mut u8>`
+/// (the same checks, passed, as the address of the range in a mapping valid while the key
+/// lives; `None` for anything else, which `sm_access` then handles with its statuses) and
+/// `fn sm_seg_size(&self) -> usize`.
 macro_rules! impl_sm_rma {
     () => {
+        #[inline]
         fn put_short(&self, data: &[u8], remote_addr: u64, rkey: &uct::RemoteKey) -> ucs::OpResult {
+            if let Some(dst) = self.sm_direct(rkey, remote_addr, data.len()) {
+                // SAFETY: `sm_direct` returned `len` bytes inside a mapping the key keeps.
+                unsafe { crate::sm::move_bytes(data.as_ptr(), dst, data.len()) };
+                return Ok(ucs::Outcome::Done(()));
+            }
             // SAFETY: `sm_access` keeps the region valid while the closure runs; `write` checks bounds.
-            self.sm_access(rkey, remote_addr, data.len(), |r, off| unsafe { r.write(off, data) })
+            crate::sm::cold(|| self.sm_access(rkey, remote_addr, data.len(), |r, off| unsafe { r.write(off, data) }))
         }
 
+        #[inline]
         fn get_short(&self, buffer: &mut [u8], remote_addr: u64, rkey: &uct::RemoteKey) -> ucs::OpResult {
             let len = buffer.len();
+            if let Some(src) = self.sm_direct(rkey, remote_addr, len) {
+                // SAFETY: as in `put_short`; `buffer` is an exclusive slice of `len` bytes.
+                unsafe { crate::sm::move_bytes(src, buffer.as_mut_ptr(), len) };
+                return Ok(ucs::Outcome::Done(()));
+            }
             // SAFETY: region valid (as above); `buffer` is an exclusive slice of `len` bytes.
-            self.sm_access(rkey, remote_addr, len, |r, off| unsafe { r.read(off, buffer.as_mut_ptr(), len) })
+            crate::sm::cold(|| {
+                self.sm_access(rkey, remote_addr, len, |r, off| unsafe { r.read(off, buffer.as_mut_ptr(), len) })
+            })
         }
 
         unsafe fn get_bcopy(
@@ -205,10 +252,18 @@ macro_rules! impl_sm_rma {
             if matches!(op, uct::AtomicOp::Swap | uct::AtomicOp::Cswap) {
                 return Err(ucs::Status::Unsupported);
             }
-            self.sm_access(rkey, remote_addr, 4, |r, off| {
-                // SAFETY: region valid (as above); `atomic32` checks bounds and alignment.
-                unsafe { r.atomic32(off) }.map(|a| {
-                    $crate::sm::atomic_op32(a, op, value);
+            // SAFETY: `sm_direct` returns an address inside a mapping the key keeps; the
+            // location is only accessed atomically.
+            if let Some(a) = unsafe { $crate::sm::aligned32(self.sm_direct(rkey, remote_addr, 4)) } {
+                $crate::sm::atomic_op32(a, op, value);
+                return Ok(ucs::Outcome::Done(()));
+            }
+            $crate::sm::cold(|| {
+                self.sm_access(rkey, remote_addr, 4, |r, off| {
+                    // SAFETY: region valid (as above); `atomic32` checks bounds and alignment.
+                    unsafe { r.atomic32(off) }.map(|a| {
+                        $crate::sm::atomic_op32(a, op, value);
+                    })
                 })
             })
         }
@@ -223,10 +278,18 @@ macro_rules! impl_sm_rma {
             if matches!(op, uct::AtomicOp::Swap | uct::AtomicOp::Cswap) {
                 return Err(ucs::Status::Unsupported);
             }
-            self.sm_access(rkey, remote_addr, 8, |r, off| {
-                // SAFETY: region valid (as above); `atomic64` checks bounds and alignment.
-                unsafe { r.atomic64(off) }.map(|a| {
-                    $crate::sm::atomic_op64(a, op, value);
+            // SAFETY: `sm_direct` returns an address inside a mapping the key keeps; the
+            // location is only accessed atomically.
+            if let Some(a) = unsafe { $crate::sm::aligned64(self.sm_direct(rkey, remote_addr, 8)) } {
+                $crate::sm::atomic_op64(a, op, value);
+                return Ok(ucs::Outcome::Done(()));
+            }
+            $crate::sm::cold(|| {
+                self.sm_access(rkey, remote_addr, 8, |r, off| {
+                    // SAFETY: region valid (as above); `atomic64` checks bounds and alignment.
+                    unsafe { r.atomic64(off) }.map(|a| {
+                        $crate::sm::atomic_op64(a, op, value);
+                    })
                 })
             })
         }
@@ -243,9 +306,19 @@ macro_rules! impl_sm_rma {
             if op == uct::AtomicOp::Cswap {
                 return Err(ucs::Status::Unsupported);
             }
-            // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
-            self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
-                r.atomic32(off).map(|a| result.write($crate::sm::atomic_op32(a, op, value)))
+            // SAFETY: `sm_direct` returns an address inside a mapping the key keeps; the
+            // location is only accessed atomically.
+            if let Some(a) = unsafe { $crate::sm::aligned32(self.sm_direct(rkey, remote_addr, 4)) } {
+                let old = $crate::sm::atomic_op32(a, op, value);
+                // SAFETY: the caller vouches for `result`.
+                unsafe { result.write(old) };
+                return Ok(ucs::Outcome::Done(()));
+            }
+            $crate::sm::cold(|| {
+                // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
+                self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
+                    r.atomic32(off).map(|a| result.write($crate::sm::atomic_op32(a, op, value)))
+                })
             })
         }
 
@@ -261,9 +334,19 @@ macro_rules! impl_sm_rma {
             if op == uct::AtomicOp::Cswap {
                 return Err(ucs::Status::Unsupported);
             }
-            // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
-            self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
-                r.atomic64(off).map(|a| result.write($crate::sm::atomic_op64(a, op, value)))
+            // SAFETY: `sm_direct` returns an address inside a mapping the key keeps; the
+            // location is only accessed atomically.
+            if let Some(a) = unsafe { $crate::sm::aligned64(self.sm_direct(rkey, remote_addr, 8)) } {
+                let old = $crate::sm::atomic_op64(a, op, value);
+                // SAFETY: the caller vouches for `result`.
+                unsafe { result.write(old) };
+                return Ok(ucs::Outcome::Done(()));
+            }
+            $crate::sm::cold(|| {
+                // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
+                self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
+                    r.atomic64(off).map(|a| result.write($crate::sm::atomic_op64(a, op, value)))
+                })
             })
         }
 
@@ -276,9 +359,19 @@ macro_rules! impl_sm_rma {
             result: *mut u32,
             _comp: Option<&std::rc::Rc<uct::Completion>>,
         ) -> ucs::OpResult {
-            // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
-            self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
-                r.atomic32(off).map(|a| result.write($crate::sm::cswap32(a, compare, swap)))
+            // SAFETY: `sm_direct` returns an address inside a mapping the key keeps; the
+            // location is only accessed atomically.
+            if let Some(a) = unsafe { $crate::sm::aligned32(self.sm_direct(rkey, remote_addr, 4)) } {
+                let old = $crate::sm::cswap32(a, compare, swap);
+                // SAFETY: the caller vouches for `result`.
+                unsafe { result.write(old) };
+                return Ok(ucs::Outcome::Done(()));
+            }
+            $crate::sm::cold(|| {
+                // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
+                self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
+                    r.atomic32(off).map(|a| result.write($crate::sm::cswap32(a, compare, swap)))
+                })
             })
         }
 
@@ -291,9 +384,19 @@ macro_rules! impl_sm_rma {
             result: *mut u64,
             _comp: Option<&std::rc::Rc<uct::Completion>>,
         ) -> ucs::OpResult {
-            // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
-            self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
-                r.atomic64(off).map(|a| result.write($crate::sm::cswap64(a, compare, swap)))
+            // SAFETY: `sm_direct` returns an address inside a mapping the key keeps; the
+            // location is only accessed atomically.
+            if let Some(a) = unsafe { $crate::sm::aligned64(self.sm_direct(rkey, remote_addr, 8)) } {
+                let old = $crate::sm::cswap64(a, compare, swap);
+                // SAFETY: the caller vouches for `result`.
+                unsafe { result.write(old) };
+                return Ok(ucs::Outcome::Done(()));
+            }
+            $crate::sm::cold(|| {
+                // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
+                self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
+                    r.atomic64(off).map(|a| result.write($crate::sm::cswap64(a, compare, swap)))
+                })
             })
         }
     };

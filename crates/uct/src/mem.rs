@@ -203,6 +203,23 @@ impl RemoteKey {
         self.local
     }
 
+    /// The local address of `[remote_addr, remote_addr + len)` when the key is `component`'s
+    /// (the same static name), the range lies within both the key's region and its local
+    /// mapping ([`RemoteKey::with_local_mapping`]); `None` otherwise, without saying why
+    /// ([`RemoteKey::check`] does): the fast path of shared-memory transports.
+    #[inline(always)]
+    pub fn local_at(&self, component: &'static str, remote_addr: u64, len: usize) -> Option<*mut u8> {
+        let (base, mapped) = self.local?;
+        let off = remote_addr.wrapping_sub(self.base);
+        let ok = std::ptr::eq(self.component, component)
+            && remote_addr >= self.base
+            && (len as u64) <= self.length
+            && off <= self.length - len as u64
+            && len <= mapped
+            && off <= (mapped - len) as u64;
+        ok.then(|| base.as_ptr().wrapping_add(off as usize))
+    }
+
     /// Name of the component that unpacked the key.
     pub fn component(&self) -> &'static str {
         self.component

@@ -154,6 +154,16 @@ impl MmEp {
         Ok((LocalRegion { base: base.as_ptr(), len }, off))
     }
 
+    /// The shared-memory fast path (see `sm::impl_sm_rma`): the endpoint is usable, nothing of
+    /// it is queued, and the range lies in the key's mapping.
+    #[inline(always)]
+    fn sm_direct(&self, rkey: &RemoteKey, addr: u64, len: usize) -> Option<*mut u8> {
+        if self.shared.failed.get().is_some() || !self.iface.base.pending.may_send(self.group) {
+            return None;
+        }
+        rkey.local_at(self.iface.comp.name, addr, len)
+    }
+
     /// The shared-memory RMA hook (see `sm::impl_sm_rma`): the key's mapping stays valid
     /// while the key lives.
     #[inline]

@@ -218,6 +218,12 @@ impl SelfEp {
         rkey.check(NAME, remote_addr, len)
     }
 
+    /// No fast path: every access looks up the live registration (`sm_access`).
+    #[inline(always)]
+    fn sm_direct(&self, _rkey: &RemoteKey, _addr: u64, _len: usize) -> Option<*mut u8> {
+        None
+    }
+
     /// The shared-memory RMA hook (see `sm::impl_sm_rma`): runs `f` on the live registration.
     #[inline]
     fn sm_access<R>(
