@@ -223,8 +223,8 @@ macro_rules! impl_sm_rma {
                 unsafe { crate::sm::move_bytes(src, buffer.as_mut_ptr(), len) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            // SAFETY: region valid (as above); `buffer` is an exclusive slice of `len` bytes.
             crate::sm::cold(|| {
+                // SAFETY: region valid (as above); `buffer` is an exclusive slice of `len` bytes.
                 self.sm_access(rkey, remote_addr, len, |r, off| unsafe { r.read(off, buffer.as_mut_ptr(), len) })
             })
         }
