@@ -2,8 +2,8 @@
 //! loopback bootstrap), on a real verbs stack (Soft-RoCE in the VM of `tools/rdma-vm/test`):
 //! the UCT tests `am_lat`, `put_bw` and `get` over rc_verbs, `am_lat`, `am_bw` and `put_bw` over
 //! ud_verbs (which has no get, as in UCX: the request is refused with an error naming it), and
-//! the UCP tag tests over `UCX_TLS=rc_v` and `ud_v`, and the RMA and atomic tests over `rc_v`. Checks behaviour, not speed: both sides
-//! exit successfully and the client's final report has every iteration and positive figures.
+//! the UCP tag tests and the RMA and atomic tests over `UCX_TLS=rc_v` and `ud_v`. Checks
+//! behaviour, not speed: both sides exit successfully and the client's final report has every iteration and positive figures.
 //!
 //! Without an RDMA device (outside the VM) the tests say so and pass, unless
 //! `UCX_RS_REQUIRE_RDMA=1`.
@@ -70,17 +70,18 @@ fn ucp_tag_tests_over_rc_and_ud() {
 }
 
 #[test]
-fn ucp_rma_tests_over_rc() {
+fn ucp_rma_tests_over_rc_and_ud() {
     if !uct_ib::testing::rdma_available() {
         return;
     }
-    // rc only: over `ud_v` the put ping-pong stalls in the VM until ud declares the peer dead
-    // (an open defect, docs/performance.md "Open"; the RMA scenarios of `tests/ucp_rma_ib`
-    // pass over ud).
-    let tls = "rc_v";
-    run_ok(&["-t", "ucp_put_lat", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
-    run_ok(&["-t", "ucp_put_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
-    run_ok(&["-t", "ucp_get", "-s", "65536", "-n", "100"], Some(tls), 100.0);
-    run_ok(&["-t", "ucp_fadd", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
-    run_ok(&["-t", "ucp_cswap", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+    // Over `ud_v` every operation is emulated over active messages (ud reaches no memory by
+    // itself); the put ping-pong ends with both sides flushing at once, each waiting for the
+    // other's reply (a deadlock until replies got a queue of their own).
+    for tls in ["rc_v", "ud_v"] {
+        run_ok(&["-t", "ucp_put_lat", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "ucp_put_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+        run_ok(&["-t", "ucp_get", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+        run_ok(&["-t", "ucp_fadd", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "ucp_cswap", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+    }
 }

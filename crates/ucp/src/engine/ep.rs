@@ -83,6 +83,11 @@ pub(crate) struct EpState<L> {
     pub queue: VecDeque<Pending>,
     /// Wireup messages waiting for the wireup lane.
     pub wireup_q: VecDeque<Ctrl>,
+    /// Control messages that go before [`EpState::queue`] once connected: replies to the
+    /// peer's emulated operations (flush and atomic replies, get replies) - a flush waiting at
+    /// the front of the queue must not hold them, as the peer's own flush may wait on them -
+    /// and direct control messages a lane refused.
+    pub reply_q: VecDeque<Pending>,
     /// On the engine's retry list.
     pub listed: bool,
     /// A [`Action::Transmit`] for it waits for the driver.
@@ -117,6 +122,7 @@ impl<L> EpState<L> {
             p2p_addrs,
             queue: VecDeque::new(),
             wireup_q: VecDeque::new(),
+            reply_q: VecDeque::new(),
             listed: false,
             kicked: false,
             park: Park::No,
@@ -148,7 +154,9 @@ impl<L> EpState<L> {
         !self.busy
             && self.error().is_none()
             && (!self.wireup_q.is_empty()
-                || (self.status == EpStatus::Connected && self.park == Park::No && !self.queue.is_empty()))
+                || (self.status == EpStatus::Connected
+                    && self.park == Park::No
+                    && !(self.queue.is_empty() && self.reply_q.is_empty())))
     }
 }
 
@@ -198,6 +206,29 @@ impl<L: Clone> Shared<L> {
         } else {
             self.enqueue(id, Pending::Ctrl(c));
         }
+    }
+
+    /// Sends a reply to the peer's operation on endpoint `id`: at once when the endpoint is
+    /// ready, else ahead of its data queue ([`EpState::reply_q`]).
+    pub fn send_reply(&mut self, id: Id, c: Ctrl) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if ep.ready() && ep.wireup_q.is_empty() && ep.reply_q.is_empty() {
+            ep.busy = true;
+            let io = ep.io.clone();
+            self.push(Action::Ctrl { ep: id, io, ctrl: c });
+        } else {
+            self.enqueue_reply(id, Pending::Ctrl(c));
+        }
+    }
+
+    /// Queues `p` ahead of endpoint `id`'s data queue ([`EpState::reply_q`]).
+    pub fn enqueue_reply(&mut self, id: Id, p: Pending) {
+        let Some(ep) = self.eps.get_mut(id) else { return };
+        if ep.error().is_some() {
+            return;
+        }
+        ep.reply_q.push_back(p);
+        self.kick(id);
     }
 
     /// Asks the driver to transmit on `id` if it can now and was not asked already.
@@ -296,6 +327,7 @@ impl<L: Clone> Shared<L> {
             .collect();
         ep.queue.clear();
         ep.wireup_q.clear();
+        ep.reply_q.clear();
         for rid in flushes {
             crate::rma::flush::ep_flushed(&mut self.reqs, &mut self.actions, rid, status);
         }
@@ -343,6 +375,7 @@ impl<L: Clone> Shared<L> {
         }
         let busy = !ep.queue.is_empty()
             || !ep.wireup_q.is_empty()
+            || !ep.reply_q.is_empty()
             || ep.status == EpStatus::Connecting
             || self.reqs.tab.iter().any(|(_, r)| {
                 r.status == Status::InProgress

@@ -95,11 +95,13 @@ pub(crate) enum TxOf {
     Wireup,
     /// A control message of the data queue.
     Ctrl,
+    /// A control message of the reply queue ([`EpState::reply_q`](super::EpState::reply_q)).
+    ReplyCtrl,
     /// The front operation of the data queue: request `rid`'s piece `[offset, offset + len)`.
     Req { rid: Id, offset: usize, len: usize },
     /// The flush (or fence) at the front of the data queue.
     Flush,
-    /// A piece of the get reply at the front of the data queue.
+    /// A piece of the get reply at the front of the reply queue.
     Reply,
 }
 

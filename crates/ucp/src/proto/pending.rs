@@ -52,6 +52,7 @@ impl<L: Clone> Shared<L> {
         if ep.error().is_some() {
             ep.wireup_q.clear();
             ep.queue.clear();
+            ep.reply_q.clear();
             return None;
         }
         if let Some(c) = ep.wireup_q.pop_front() {
@@ -60,6 +61,32 @@ impl<L: Clone> Shared<L> {
         }
         if ep.status != EpStatus::Connected || ep.park == Park::Parked {
             return None;
+        }
+        // Replies first: nothing of the data queue holds them.
+        loop {
+            let next = match ep.reply_q.front() {
+                None => break,
+                Some(Pending::Ctrl(_)) => match ep.reply_q.pop_front() {
+                    Some(Pending::Ctrl(c)) => Next::Tx(Lane::Am, TxOp::Ctrl(c), TxOf::ReplyCtrl),
+                    _ => Next::Nothing,
+                },
+                Some(Pending::RmaGetRep(g)) => {
+                    let g = *g;
+                    crate::rma::sw::reply_next(ep, &g)
+                }
+                Some(_) => Next::Nothing,
+            };
+            match next {
+                Next::Tx(lane, op, of) => {
+                    ep.busy = true;
+                    return Some(Tx { io: ep.io.clone(), lane, op, of });
+                }
+                _ => {
+                    if !matches!(ep.reply_q.front(), None | Some(Pending::Ctrl(_))) {
+                        ep.reply_q.pop_front();
+                    }
+                }
+            }
         }
         loop {
             let (next, rid) = match ep.queue.front()? {
@@ -131,7 +158,12 @@ impl<L: Clone> Shared<L> {
     pub fn front(&mut self, id: Id) -> Option<Front<L>> {
         let Shared { eps, reqs, .. } = self;
         let ep = eps.get_mut(id)?;
-        if ep.busy || ep.status != EpStatus::Connected || ep.park == Park::Parked || !ep.wireup_q.is_empty() {
+        if ep.busy
+            || ep.status != EpStatus::Connected
+            || ep.park == Park::Parked
+            || !ep.wireup_q.is_empty()
+            || !ep.reply_q.is_empty()
+        {
             return None;
         }
         let front = match ep.queue.front()? {
@@ -223,8 +255,9 @@ impl<L: Clone> Shared<L> {
         ep.busy = false;
         match status {
             TxStatus::NoResource => {
+                // Ahead of what was queued since the direct attempt, as it would have been.
                 if ep.error().is_none() {
-                    ep.queue.push_front(Pending::Ctrl(ctrl));
+                    ep.reply_q.push_front(Pending::Ctrl(ctrl));
                 }
                 self.blocked(id, Lane::Am)
             }
@@ -255,15 +288,15 @@ impl<L: Clone> Shared<L> {
         let Some(ep) = self.eps.get_mut(id) else { return Flow::Continue };
         ep.busy = false;
         let step = match tx.of {
-            TxOf::Wireup | TxOf::Ctrl => {
+            TxOf::Wireup | TxOf::Ctrl | TxOf::ReplyCtrl => {
                 let TxOp::Ctrl(c) = tx.op else { return Flow::Continue };
                 match res.status {
                     TxStatus::NoResource => {
                         if ep.error().is_none() {
-                            if tx.of == TxOf::Wireup {
-                                ep.wireup_q.push_front(c);
-                            } else {
-                                ep.queue.push_front(Pending::Ctrl(c));
+                            match tx.of {
+                                TxOf::Wireup => ep.wireup_q.push_front(c),
+                                TxOf::ReplyCtrl => ep.reply_q.push_front(Pending::Ctrl(c)),
+                                _ => ep.queue.push_front(Pending::Ctrl(c)),
                             }
                         }
                         Step::Blocked
@@ -281,7 +314,7 @@ impl<L: Clone> Shared<L> {
                 let step = self.reply_done(id, len, res);
                 if step == Step::Finished {
                     if let Some(ep) = self.eps.get_mut(id) {
-                        ep.queue.pop_front();
+                        ep.reply_q.pop_front();
                     }
                 }
                 step

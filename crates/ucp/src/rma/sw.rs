@@ -48,7 +48,7 @@ impl<L: Clone> Shared<L> {
     /// queue.
     pub(crate) fn reply_done(&mut self, id: Id, len: usize, res: TxResult) -> Step {
         let Some(ep) = self.eps.get_mut(id) else { return Step::Finished };
-        let Some(Pending::RmaGetRep(g)) = ep.queue.front_mut() else { return Step::Finished };
+        let Some(Pending::RmaGetRep(g)) = ep.reply_q.front_mut() else { return Step::Finished };
         match res.status {
             TxStatus::NoResource => Step::Blocked,
             TxStatus::Done | TxStatus::Started => {
@@ -67,7 +67,7 @@ impl<L: Clone> Shared<L> {
     /// A peer asked for `len` bytes at `addr` (in region `mem`, checked by the driver) for its
     /// request `rreq`, over endpoint `id`.
     pub(crate) fn rma_get_reply(&mut self, id: Id, rreq: u64, addr: u64, len: u64, mem: Id) {
-        self.enqueue(id, Pending::RmaGetRep(GetReply { rreq, addr, len, offset: 0, mem }));
+        self.enqueue_reply(id, Pending::RmaGetRep(GetReply { rreq, addr, len, offset: 0, mem }));
     }
 
     /// The target refused a peer's emulated operation on endpoint `id` (the driver logged
@@ -81,7 +81,7 @@ impl<L: Clone> Shared<L> {
     /// A peer's emulated fetching atomic got `value` (or was refused with `status`): the reply
     /// goes back over endpoint `id`.
     pub(crate) fn rma_amo_reply(&mut self, id: Id, rreq: u64, value: u64, status: Status) {
-        self.send_ctrl(id, Ctrl::AmoRep(AmoRep { rreq, value, status }));
+        self.send_reply(id, Ctrl::AmoRep(AmoRep { rreq, value, status }));
     }
 
     /// The emulated-operations phase of a flush: the flush message to send, if the endpoint
@@ -174,5 +174,5 @@ pub(crate) fn on_flush<L: Clone>(sh: &mut Shared<L>, h: FlushMsg) {
     let Some(ep) = sh.eps.get_mut(id) else { return };
     let status = ep.sw_error.take().unwrap_or(Status::Ok);
     let reply = FlushMsg { reply: true, ep: ep.remote_id, status };
-    sh.send_ctrl(id, Ctrl::RmaFlush(reply));
+    sh.send_reply(id, Ctrl::RmaFlush(reply));
 }

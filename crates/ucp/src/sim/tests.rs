@@ -59,7 +59,10 @@ fn assert_idle(sim: &Sim) {
         assert_eq!(e.tag.unexp.len(), 0, "node {i}: unexpected messages left");
         assert!(e.tag.frags.is_empty(), "node {i}: fragments in progress");
         for (id, ep) in e.sh.eps.iter() {
-            assert!(ep.queue.is_empty() && ep.wireup_q.is_empty(), "node {i}: endpoint {id:?} has queued work");
+            assert!(
+                ep.queue.is_empty() && ep.wireup_q.is_empty() && ep.reply_q.is_empty(),
+                "node {i}: endpoint {id:?} has queued work"
+            );
         }
     }
 }
