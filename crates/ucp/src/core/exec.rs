@@ -245,6 +245,26 @@ impl Core {
         (z.comp, z.slot)
     }
 
+    /// A free completion for an operation that usually completes within its call (a fetching
+    /// atomic on a shared-memory lane): the last one of the free list, which stays there -
+    /// [`Core::zc_kept`] takes it off if the transport kept it. `None`: the list has none free.
+    #[inline(always)]
+    pub(crate) fn zc_peek(&self) -> Option<(Rc<uct::Completion>, Rc<ZcSlot>)> {
+        let comps = self.zc_comps.borrow();
+        let z = comps.last().filter(|z| Rc::strong_count(&z.comp) == 1)?;
+        z.comp.set_count(1);
+        Some((z.comp.clone(), z.slot.clone()))
+    }
+
+    /// The transport kept completion `comp` from [`Core::zc_peek`] (it finishes later): off the
+    /// free list, until it fires.
+    pub(crate) fn zc_kept(&self, comp: &Rc<uct::Completion>) {
+        let mut comps = self.zc_comps.borrow_mut();
+        if comps.last().is_some_and(|z| Rc::ptr_eq(&z.comp, comp)) {
+            comps.pop();
+        }
+    }
+
     /// A completion the transport did not take (the operation completed at once, or was
     /// refused): back to the free list, unless something still holds it.
     pub(crate) fn zc_unused(&self, comp: Rc<uct::Completion>, slot: Rc<ZcSlot>) {
@@ -316,5 +336,31 @@ mod tests {
         let (d, _) = core.zc_completion(what);
         assert_eq!(d.count(), 1);
         drop(a);
+    }
+
+    #[test]
+    fn a_peeked_completion_stays_free_unless_the_transport_keeps_it() {
+        let core = core();
+        let what = ZcDone::EagerFrag { rid: ucs::idtable::Id::from_raw(0) };
+        assert!(core.zc_peek().is_none(), "an empty free list has nothing to lend");
+        // Put one on the free list: fired and let go of.
+        let (a, _) = core.zc_completion(what);
+        a.complete(Status::Ok);
+        let a_ptr = Rc::as_ptr(&a);
+        drop(a);
+        // Lent and given back unused (the operation completed in its call): still free.
+        let (p, s) = core.zc_peek().expect("the free one");
+        assert_eq!((Rc::as_ptr(&p), p.count()), (a_ptr, 1));
+        drop((p, s));
+        let (p, _s) = core.zc_peek().expect("still free");
+        assert_eq!(Rc::as_ptr(&p), a_ptr);
+        // Kept by the transport: off the list, not lent again until it fires.
+        let held = p.clone();
+        core.zc_kept(&p);
+        drop(p);
+        assert!(core.zc_peek().is_none());
+        let (b, _) = core.zc_completion(what);
+        assert!(!Rc::ptr_eq(&b, &held));
+        drop(held);
     }
 }

@@ -476,11 +476,24 @@ impl Core {
         if !fetch {
             return done_or_none(post_atomic(uep, aop, size, amo.value, remote, key)).map(|r| r.map(|()| None));
         }
-        let (comp, slot) = self.zc_completion(ZcDone::Rma { rid: Id::from_raw(u64::MAX) });
+        // The completion stays on the free list unless the transport keeps it.
+        let (comp, slot, peeked) = match self.zc_peek() {
+            Some((c, s)) => (c, s, true),
+            None => {
+                let (c, s) = self.zc_completion(ZcDone::Rma { rid: Id::from_raw(u64::MAX) });
+                (c, s, false)
+            }
+        };
         // SAFETY: `res` is the operation's reply buffer of `size` bytes, aligned (checked
         // above), writable without other access until the operation completes (the caller's
         // promise); a started operation completes only after its completion.
         let r = unsafe { fetch_atomic(uep, aop, size, amo, remote, key, res, &comp) };
+        if peeked {
+            if let Ok(Outcome::Done(())) = r {
+                return Some(Ok(None));
+            }
+            self.zc_kept(&comp);
+        }
         Some(match r {
             Ok(Outcome::Done(())) => {
                 self.zc_unused(comp, slot);
@@ -868,7 +881,7 @@ fn post_atomic(
 /// `res` must be aligned to `size` and valid for writes of `size` bytes, without other access,
 /// until the operation completes.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 unsafe fn fetch_atomic(
     ep: &dyn uct::Ep,
     op: uct::AtomicOp,

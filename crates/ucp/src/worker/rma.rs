@@ -306,7 +306,7 @@ impl Endpoint {
     /// # Safety
     /// The local buffer (every iov entry, and an iov list itself) must stay valid and
     /// unmodified until the request completes.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn put_nbx(
         &self,
         data: SendData<'_>,
@@ -326,7 +326,7 @@ impl Endpoint {
     /// # Safety
     /// The local buffer (every iov entry, and an iov list itself) must stay valid, and must not
     /// be accessed, until the request completes.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn get_nbx(
         &self,
         data: RecvData<'_>,
@@ -349,7 +349,7 @@ impl Endpoint {
     /// # Safety
     /// `reply` must be valid for reads and writes of the operand's size, and not be accessed
     /// otherwise, until the request completes.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn atomic_op_nbx(
         &self,
         op: AtomicOp,
