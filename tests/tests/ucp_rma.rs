@@ -37,6 +37,12 @@ fn two_processes_fetch_and_add_one_counter() {
 }
 
 #[test]
+fn both_sides_flushing_at_once_answer_each_other() {
+    // posix alone reaches no user memory: every operation emulated.
+    flushes_at_once("posix", 200);
+}
+
+#[test]
 fn compare_and_swap_locks_a_non_atomic_update() {
     compare_and_swap_lock(&[("posix,cma", true), ("posix,cma", false), ("posix", false)], 2_000);
 }

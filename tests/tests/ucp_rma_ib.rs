@@ -42,6 +42,13 @@ fn two_processes_fetch_and_add_one_counter_over_ib() {
 }
 
 #[test]
+fn both_sides_flushing_at_once_answer_each_other_over_ud() {
+    if uct_ib::testing::rdma_available() {
+        flushes_at_once("ud_v", 50);
+    }
+}
+
+#[test]
 fn compare_and_swap_locks_a_non_atomic_update_over_ib() {
     if uct_ib::testing::rdma_available() {
         compare_and_swap_lock(&[("rc_v", true), ("ud_v", false)], 500);

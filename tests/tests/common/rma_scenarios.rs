@@ -244,6 +244,58 @@ pub fn two_processes_fetch_and_add(tls: &str, n: u64) {
     }
 }
 
+/// Both sides put into the other's memory and flush at the same time, `rounds` times, with
+/// every operation emulated over active messages (user memory that no lane of `tls` reaches):
+/// each flush ends with a flush message the other side answers while its own flush waits -
+/// the answer must not queue behind that flush. Data checked on both sides every round.
+pub fn flushes_at_once(tls: &str, rounds: u64) {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let w = worker(tls);
+    let mut p = peer(&w, tls);
+    let prog = || {
+        w.progress();
+    };
+    let len = 4096;
+    let r = Region::new(&w, len, false);
+    assert_eq!(p.ask(&format!("unpack {}", r.packed), LIMIT, prog), "unpacked");
+    let ans = p.ask(&format!("map {len} user 5"), LIMIT, prog);
+    let (k, a) = ans.strip_prefix("key ").and_then(|s| s.split_once(' ')).expect("key HEX ADDR");
+    let base: u64 = a.parse().unwrap();
+    let ep = w.ep_create(&peer_address(&w, &mut p)).unwrap();
+    let key = ep.rkey_unpack(&unhex(k).unwrap()).unwrap();
+    for round in 0..rounds {
+        let n = 1 + (round as usize * 37) % 200;
+        let (mine, theirs) = (1000 + round, 2000 + round);
+        // The peer puts into this process's memory and flushes ...
+        p.tell(&format!("put {} {n} {theirs}", r.addr()));
+        // ... while this process does the same into the peer's.
+        let data = pattern(n, mine);
+        // SAFETY: `data` outlives the request (waited for below).
+        let put = unsafe { ep.put_nbx(SendData::Contig(&data), base, &key, RequestParam::new()) };
+        let t = std::time::Instant::now();
+        let wait = |r: Result<Option<ucp::Request<'_>>, Status>| match r {
+            Err(e) => e,
+            Ok(None) => Status::Ok,
+            Ok(Some(r)) => {
+                while !r.is_completed() {
+                    w.progress();
+                    assert!(t.elapsed() < LIMIT, "{tls}: round {round}: no completion in {LIMIT:?}");
+                }
+                r.status()
+            }
+        };
+        assert_eq!(wait(put), Status::Ok);
+        assert_eq!(wait(ep.flush_nbx(RequestParam::new())), Status::Ok, "{tls}: round {round}: flush");
+        assert_eq!(p.line(LIMIT, prog), "done Ok", "{tls}: round {round}: the peer's put and flush");
+        assert_eq!(r.bytes(0, n), &pattern(n, theirs)[..], "{tls}: round {round}: the peer's put");
+        let ans = p.ask(&format!("check {base} {n} {mine}"), LIMIT, prog);
+        assert_eq!(ans, "ok", "{tls}: round {round}: the put into the peer");
+    }
+    drop(key);
+    r.unmap(&w);
+    p.finish(LIMIT, prog);
+}
+
 /// Two peers taking a compare-and-swap lock `n` times each around a get/increment/put of a
 /// counter of this process: no update lost; `(tls, allocated memory)` each.
 pub fn compare_and_swap_lock(cases: &[(&str, bool)], n: u64) {
