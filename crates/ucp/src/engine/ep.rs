@@ -198,26 +198,26 @@ impl<L: Clone> Shared<L> {
     /// endpoint has nothing queued ([`Action::Ctrl`]; busy until the driver reports), else
     /// through its queue.
     pub fn send_ctrl(&mut self, id: Id, c: Ctrl) {
-        let Some(ep) = self.eps.get_mut(id) else { return };
-        if ep.ready() && ep.wireup_q.is_empty() {
-            ep.busy = true;
-            let io = ep.io.clone();
-            self.push(Action::Ctrl { ep: id, io, ctrl: c });
-        } else {
-            self.enqueue(id, Pending::Ctrl(c));
-        }
+        self.send_ctrl_or_queue(id, c, false);
     }
 
     /// Sends a reply to the peer's operation on endpoint `id`: at once when the endpoint is
     /// ready, else ahead of its data queue ([`EpState::reply_q`]).
     pub fn send_reply(&mut self, id: Id, c: Ctrl) {
+        self.send_ctrl_or_queue(id, c, true);
+    }
+
+    /// [`Shared::send_ctrl`] (`reply` false) and [`Shared::send_reply`] (true).
+    fn send_ctrl_or_queue(&mut self, id: Id, c: Ctrl, reply: bool) {
         let Some(ep) = self.eps.get_mut(id) else { return };
         if ep.ready() && ep.wireup_q.is_empty() && ep.reply_q.is_empty() {
             ep.busy = true;
             let io = ep.io.clone();
             self.push(Action::Ctrl { ep: id, io, ctrl: c });
-        } else {
+        } else if reply {
             self.enqueue_reply(id, Pending::Ctrl(c));
+        } else {
+            self.enqueue(id, Pending::Ctrl(c));
         }
     }
 
