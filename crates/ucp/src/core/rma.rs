@@ -325,7 +325,9 @@ impl Core {
     /// anything else is built.
     #[inline(always)]
     pub fn rma_start(&self, ep_id: Id, rk: &Rkey, op: RmaOp, mut param: RequestParam) -> UcsResult<Option<Id>> {
-        if !param.flags.contains(RequestFlags::NO_IMM_CMPL) && rk.ep == ep_id {
+        // (The API checked that the key is this endpoint's.)
+        debug_assert_eq!(rk.ep, ep_id);
+        if !param.flags.contains(RequestFlags::NO_IMM_CMPL) {
             let direct = match op.kind {
                 RmaOpKind::Put => match op.buf.contig_bytes() {
                     Some(data) => self.put_direct(ep_id, rk, data, op.remote).map(|r| r.map(|()| None)),

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use ucs::idtable::Id;
 use ucs::Status;
 
-use super::{Action, Flow, Lane, Pending, Shared};
+use super::{Action, Flow, Lane, Pending, Reply, Shared};
 use crate::proto::config::EpConfig;
 use crate::request::ReqKind;
 use crate::wire::Ctrl;
@@ -87,7 +87,7 @@ pub(crate) struct EpState<L> {
     /// peer's emulated operations (flush and atomic replies, get replies) - a flush waiting at
     /// the front of the queue must not hold them, as the peer's own flush may wait on them -
     /// and direct control messages a lane refused.
-    pub reply_q: VecDeque<Pending>,
+    pub reply_q: VecDeque<Reply>,
     /// On the engine's retry list.
     pub listed: bool,
     /// A [`Action::Transmit`] for it waits for the driver.
@@ -215,14 +215,14 @@ impl<L: Clone> Shared<L> {
             let io = ep.io.clone();
             self.push(Action::Ctrl { ep: id, io, ctrl: c });
         } else if reply {
-            self.enqueue_reply(id, Pending::Ctrl(c));
+            self.enqueue_reply(id, Reply::Ctrl(c));
         } else {
             self.enqueue(id, Pending::Ctrl(c));
         }
     }
 
     /// Queues `p` ahead of endpoint `id`'s data queue ([`EpState::reply_q`]).
-    pub fn enqueue_reply(&mut self, id: Id, p: Pending) {
+    pub fn enqueue_reply(&mut self, id: Id, p: Reply) {
         let Some(ep) = self.eps.get_mut(id) else { return };
         if ep.error().is_some() {
             return;

@@ -37,7 +37,7 @@ pub(crate) mod keepalive;
 pub(crate) mod tx;
 
 pub(crate) use ep::{EpState, EpStatus, Park};
-pub(crate) use tx::{Flow, Lane, Mem, Next, Pending, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+pub(crate) use tx::{Flow, Lane, Mem, Next, Pending, Reply, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
 
 /// Size of the buffers that keep unexpected messages which arrived inline in a transport's
 /// receive buffer (`am_short`): the longest `am_short` message of posix/sysv (120 bytes), rc

@@ -206,6 +206,13 @@ pub(crate) enum Pending {
     Rma(Id),
     /// A flush or fence.
     Flush(crate::rma::flush::FlushPos),
-    /// The reply to a peer's emulated get.
-    RmaGetRep(crate::rma::sw::GetReply),
+}
+
+/// What waits in an endpoint's reply queue ([`EpState::reply_q`](super::EpState::reply_q)).
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// A control message: an answer to the peer, or a direct one a lane refused.
+    Ctrl(Ctrl),
+    /// The data of a peer's emulated get, in pieces.
+    Get(crate::rma::sw::GetReply),
 }

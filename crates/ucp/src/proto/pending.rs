@@ -9,7 +9,9 @@ use ucs::Status;
 use super::{eager, rndv, Proto};
 use crate::dt::UserBuf;
 use crate::engine::ep::{EpStatus, Park};
-use crate::engine::{Action, Flow, Lane, Next, Pending, Shared, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone};
+use crate::engine::{
+    Action, Flow, Lane, Next, Pending, Reply, Shared, Step, Tx, TxOf, TxOp, TxResult, TxStatus, ZcDone,
+};
 use crate::request::{ReqKind, ReqState, SendPhase};
 use crate::wire::{Ctrl, DataHdr};
 
@@ -63,30 +65,22 @@ impl<L: Clone> Shared<L> {
             return None;
         }
         // Replies first: nothing of the data queue holds them.
-        loop {
-            let next = match ep.reply_q.front() {
-                None => break,
-                Some(Pending::Ctrl(_)) => match ep.reply_q.pop_front() {
-                    Some(Pending::Ctrl(c)) => Next::Tx(Lane::Am, TxOp::Ctrl(c), TxOf::ReplyCtrl),
-                    _ => Next::Nothing,
-                },
-                Some(Pending::RmaGetRep(g)) => {
-                    let g = *g;
-                    crate::rma::sw::reply_next(ep, &g)
-                }
-                Some(_) => Next::Nothing,
-            };
-            match next {
-                Next::Tx(lane, op, of) => {
-                    ep.busy = true;
-                    return Some(Tx { io: ep.io.clone(), lane, op, of });
-                }
-                _ => {
-                    if !matches!(ep.reply_q.front(), None | Some(Pending::Ctrl(_))) {
+        while let Some(front) = ep.reply_q.front() {
+            let (op, of) = match front {
+                Reply::Get(g) => match crate::rma::sw::reply_next(ep, g) {
+                    Some(op) => (op, TxOf::Reply),
+                    None => {
                         ep.reply_q.pop_front();
+                        continue;
                     }
-                }
-            }
+                },
+                Reply::Ctrl(_) => match ep.reply_q.pop_front() {
+                    Some(Reply::Ctrl(c)) => (TxOp::Ctrl(c), TxOf::ReplyCtrl),
+                    _ => continue,
+                },
+            };
+            ep.busy = true;
+            return Some(Tx { io: ep.io.clone(), lane: Lane::Am, op, of });
         }
         loop {
             let (next, rid) = match ep.queue.front()? {
@@ -99,7 +93,6 @@ impl<L: Clone> Shared<L> {
                 &Pending::Get(rid) => (rndv::get_next(reqs, ep, id, rid), Some(rid)),
                 &Pending::Put(rid) => (rndv::put_next(reqs, ep, id, rid), Some(rid)),
                 &Pending::Rma(rid) => (crate::rma::next(reqs, ep, rid), Some(rid)),
-                Pending::RmaGetRep(g) => (crate::rma::sw::reply_next(ep, g), None),
                 &Pending::Flush(pos) => {
                     if pos.waiting {
                         (Next::Wait, None)
@@ -257,7 +250,7 @@ impl<L: Clone> Shared<L> {
             TxStatus::NoResource => {
                 // Ahead of what was queued since the direct attempt, as it would have been.
                 if ep.error().is_none() {
-                    ep.reply_q.push_front(Pending::Ctrl(ctrl));
+                    ep.reply_q.push_front(Reply::Ctrl(ctrl));
                 }
                 self.blocked(id, Lane::Am)
             }
@@ -295,7 +288,7 @@ impl<L: Clone> Shared<L> {
                         if ep.error().is_none() {
                             match tx.of {
                                 TxOf::Wireup => ep.wireup_q.push_front(c),
-                                TxOf::ReplyCtrl => ep.reply_q.push_front(Pending::Ctrl(c)),
+                                TxOf::ReplyCtrl => ep.reply_q.push_front(Reply::Ctrl(c)),
                                 _ => ep.queue.push_front(Pending::Ctrl(c)),
                             }
                         }
@@ -336,7 +329,7 @@ impl<L: Clone> Shared<L> {
                     Pending::Get(_) => rndv::get_done(self, id, rid, res),
                     Pending::Put(_) => rndv::put_done(self, id, rid, res),
                     Pending::Rma(_) => crate::rma::done(self, rid, offset, len, res),
-                    Pending::Ctrl(_) | Pending::Flush(_) | Pending::RmaGetRep(_) => Step::Finished,
+                    Pending::Ctrl(_) | Pending::Flush(_) => Step::Finished,
                 };
                 if step == Step::Finished {
                     if let Some(ep) = self.eps.get_mut(id) {

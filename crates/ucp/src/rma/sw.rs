@@ -15,7 +15,7 @@ use ucs::idtable::Id;
 use ucs::Status;
 
 use crate::engine::{EpState, Lane};
-use crate::engine::{Next, Pending, Shared, Step, TxOf, TxOp, TxResult, TxStatus};
+use crate::engine::{Next, Reply, Shared, Step, TxOf, TxOp, TxResult, TxStatus};
 use crate::proto::select::RmaOpKind;
 use crate::request::{ReqKind, ReqState};
 use crate::wire::rma::{AmoRep, FlushMsg, GetRep};
@@ -33,14 +33,14 @@ pub(crate) struct GetReply {
     pub mem: Id,
 }
 
-/// The next piece of the get reply at the front of endpoint `ep`'s queue.
-pub(crate) fn reply_next<L>(ep: &EpState<L>, g: &GetReply) -> Next {
+/// The next piece of get reply `g` (`None`: all of it went).
+pub(crate) fn reply_next<L>(ep: &EpState<L>, g: &GetReply) -> Option<TxOp> {
     if g.offset >= g.len {
-        return Next::Nothing;
+        return None;
     }
     let room = ep.cfg.bcopy_max.saturating_sub(20).max(1) as u64;
     let n = (g.len - g.offset).min(room);
-    Next::Tx(Lane::Am, TxOp::RmaGetData { reply: *g, len: n as usize }, TxOf::Reply)
+    Some(TxOp::RmaGetData { reply: *g, len: n as usize })
 }
 
 impl<L: Clone> Shared<L> {
@@ -48,7 +48,7 @@ impl<L: Clone> Shared<L> {
     /// queue.
     pub(crate) fn reply_done(&mut self, id: Id, len: usize, res: TxResult) -> Step {
         let Some(ep) = self.eps.get_mut(id) else { return Step::Finished };
-        let Some(Pending::RmaGetRep(g)) = ep.reply_q.front_mut() else { return Step::Finished };
+        let Some(Reply::Get(g)) = ep.reply_q.front_mut() else { return Step::Finished };
         match res.status {
             TxStatus::NoResource => Step::Blocked,
             TxStatus::Done | TxStatus::Started => {
@@ -67,7 +67,7 @@ impl<L: Clone> Shared<L> {
     /// A peer asked for `len` bytes at `addr` (in region `mem`, checked by the driver) for its
     /// request `rreq`, over endpoint `id`.
     pub(crate) fn rma_get_reply(&mut self, id: Id, rreq: u64, addr: u64, len: u64, mem: Id) {
-        self.enqueue_reply(id, Pending::RmaGetRep(GetReply { rreq, addr, len, offset: 0, mem }));
+        self.enqueue_reply(id, Reply::Get(GetReply { rreq, addr, len, offset: 0, mem }));
     }
 
     /// The target refused a peer's emulated operation on endpoint `id` (the driver logged

@@ -284,7 +284,9 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Starts an operation; the id of its request if it did not complete at once.
+    /// Starts an operation; the id of its request if it did not complete at once. The caller
+    /// checked the key ([`Endpoint::rkey_check`]): it is this endpoint's, so this worker's,
+    /// and entering this worker is entering the key's.
     #[inline(always)]
     fn rma_raw(
         &self,
