@@ -177,13 +177,16 @@ pub struct RemoteKey {
     /// Where the region is mapped in this process, for transports that map it (shared
     /// memory): start and length of the mapping, kept alive by `handle`.
     local: Option<(std::ptr::NonNull<u8>, usize)>,
+    /// How far from `base` both the region and the local mapping reach (0 without a mapping):
+    /// the one bound [`RemoteKey::local_at`] checks.
+    local_span: u64,
 }
 
 impl RemoteKey {
     /// Builds a key for `component`, covering `[base, base + length)` on the peer. `handle`
     /// keeps transport resources (e.g. a mapped segment) alive while the key exists.
     pub fn new(component: &'static str, rkey: u64, base: u64, length: u64, handle: Option<Box<dyn Any>>) -> Self {
-        RemoteKey { component, rkey, base, length, handle, local: None }
+        RemoteKey { component, rkey, base, length, handle, local: None, local_span: 0 }
     }
 
     /// Records where the region is mapped locally (`uct_rkey_ptr`), so operations reach it
@@ -194,6 +197,7 @@ impl RemoteKey {
     /// `handle` owns the mapping).
     pub unsafe fn with_local_mapping(mut self, base: std::ptr::NonNull<u8>, len: usize) -> Self {
         self.local = Some((base, len));
+        self.local_span = self.length.min(len as u64);
         self
     }
 
@@ -209,14 +213,12 @@ impl RemoteKey {
     /// ([`RemoteKey::check`] does): the fast path of shared-memory transports.
     #[inline(always)]
     pub fn local_at(&self, component: &'static str, remote_addr: u64, len: usize) -> Option<*mut u8> {
-        let (base, mapped) = self.local?;
+        let (base, _) = self.local?;
         let off = remote_addr.wrapping_sub(self.base);
         let ok = std::ptr::eq(self.component, component)
             && remote_addr >= self.base
-            && (len as u64) <= self.length
-            && off <= self.length - len as u64
-            && len <= mapped
-            && off <= (mapped - len) as u64;
+            && (len as u64) <= self.local_span
+            && off <= self.local_span - len as u64;
         ok.then(|| base.as_ptr().wrapping_add(off as usize))
     }
 
@@ -331,6 +333,36 @@ pub fn iov_total_len(iov: &[Iov<'_>]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_at_stays_within_both_the_region_and_the_mapping() {
+        // (Compared as the same static name, as components give theirs.)
+        static POSIX: &str = "posix";
+        let mut mem = [0u8; 64];
+        let map = std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap();
+        let at = |k: &RemoteKey, addr: u64, len: usize| {
+            k.local_at(POSIX, addr, len).map(|p| p as usize - map.as_ptr() as usize)
+        };
+        // A region of 48 bytes at 0x1000, mapped for 64: the region bounds it.
+        // SAFETY: `mem` outlives the keys.
+        let k = unsafe { RemoteKey::new(POSIX, 0, 0x1000, 48, None).with_local_mapping(map, 64) };
+        assert_eq!(at(&k, 0x1000, 48), Some(0));
+        assert_eq!(at(&k, 0x1008, 8), Some(8));
+        assert_eq!(at(&k, 0x1028, 8), Some(0x28));
+        assert_eq!(at(&k, 0x102c, 8), None, "past the region's end");
+        assert_eq!(at(&k, 0x1000, 49), None);
+        assert_eq!(at(&k, 0xff8, 8), None, "below the region");
+        assert_eq!(at(&k, u64::MAX, 2), None);
+        assert_eq!(at(&k, 0x1000, usize::MAX), None);
+        assert_eq!(k.local_at("sysv", 0x1000, 8), None, "another component's key");
+        // A region of 64 bytes mapped for 32: the mapping bounds it.
+        // SAFETY: as above.
+        let k = unsafe { RemoteKey::new(POSIX, 0, 0x1000, 64, None).with_local_mapping(map, 32) };
+        assert_eq!(at(&k, 0x1018, 8), Some(0x18));
+        assert_eq!(at(&k, 0x101c, 8), None, "past the mapping's end");
+        // Without a mapping nothing is local.
+        assert_eq!(RemoteKey::new(POSIX, 0, 0x1000, 64, None).local_at(POSIX, 0x1000, 8), None);
+    }
 
     #[test]
     fn packed_key_holds_up_to_max_bytes() {

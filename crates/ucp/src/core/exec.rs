@@ -38,8 +38,8 @@ impl ZcSlot {
 
 /// A free reusable completion.
 pub(crate) struct ZcComp {
-    comp: Rc<uct::Completion>,
-    slot: Rc<ZcSlot>,
+    pub comp: Rc<uct::Completion>,
+    pub slot: Rc<ZcSlot>,
 }
 
 /// Writes a header and `n` bytes of `data` from `offset` into a transport buffer; the length.
@@ -245,23 +245,35 @@ impl Core {
         (z.comp, z.slot)
     }
 
-    /// A free completion for an operation that usually completes within its call (a fetching
-    /// atomic on a shared-memory lane): the last one of the free list, which stays there -
-    /// [`Core::zc_kept`] takes it off if the transport kept it. `None`: the list has none free.
+    /// The spare completion, for an operation that usually completes within its call (a
+    /// fetching atomic on a shared-memory lane): armed (count 1, reporting nothing), held by
+    /// nobody else. Give it back with [`Core::zc_spare_back`] unless the transport kept it;
+    /// a kept one becomes that operation's ([`ZcSlot::set_what`]) and goes to the free list
+    /// when it fires, and the next call takes a new spare.
     #[inline(always)]
-    pub(crate) fn zc_peek(&self) -> Option<(Rc<uct::Completion>, Rc<ZcSlot>)> {
-        let comps = self.zc_comps.borrow();
-        let z = comps.last().filter(|z| Rc::strong_count(&z.comp) == 1)?;
-        z.comp.set_count(1);
-        Some((z.comp.clone(), z.slot.clone()))
+    pub(crate) fn zc_spare(&self) -> ZcComp {
+        match self.zc_spare.take() {
+            Some(z) => z,
+            None => self.zc_new_spare(),
+        }
     }
 
-    /// The transport kept completion `comp` from [`Core::zc_peek`] (it finishes later): off the
-    /// free list, until it fires.
-    pub(crate) fn zc_kept(&self, comp: &Rc<uct::Completion>) {
-        let mut comps = self.zc_comps.borrow_mut();
-        if comps.last().is_some_and(|z| Rc::ptr_eq(&z.comp, comp)) {
-            comps.pop();
+    #[cold]
+    fn zc_new_spare(&self) -> ZcComp {
+        let free = self.zc_comps.borrow_mut().pop().filter(|z| Rc::strong_count(&z.comp) == 1);
+        let z = free.unwrap_or_else(|| self.new_zc_comp());
+        z.comp.set_count(1);
+        z.slot.what.set(None);
+        z
+    }
+
+    /// The spare from [`Core::zc_spare`], which the transport did not keep: it is the spare
+    /// again (still armed: the transport neither fired nor holds it).
+    #[inline(always)]
+    pub(crate) fn zc_spare_back(&self, z: ZcComp) {
+        if Rc::strong_count(&z.comp) == 1 {
+            let old = self.zc_spare.replace(Some(z));
+            debug_assert!(old.is_none(), "one spare at a time");
         }
     }
 
@@ -339,28 +351,35 @@ mod tests {
     }
 
     #[test]
-    fn a_peeked_completion_stays_free_unless_the_transport_keeps_it() {
+    fn the_spare_is_lent_again_unless_the_transport_keeps_it() {
         let core = core();
         let what = ZcDone::EagerFrag { rid: ucs::idtable::Id::from_raw(0) };
-        assert!(core.zc_peek().is_none(), "an empty free list has nothing to lend");
-        // Put one on the free list: fired and let go of.
+        // The first spare comes from the free list when it has one.
         let (a, _) = core.zc_completion(what);
         a.complete(Status::Ok);
         let a_ptr = Rc::as_ptr(&a);
         drop(a);
-        // Lent and given back unused (the operation completed in its call): still free.
-        let (p, s) = core.zc_peek().expect("the free one");
-        assert_eq!((Rc::as_ptr(&p), p.count()), (a_ptr, 1));
-        drop((p, s));
-        let (p, _s) = core.zc_peek().expect("still free");
-        assert_eq!(Rc::as_ptr(&p), a_ptr);
-        // Kept by the transport: off the list, not lent again until it fires.
-        let held = p.clone();
-        core.zc_kept(&p);
-        drop(p);
-        assert!(core.zc_peek().is_none());
-        let (b, _) = core.zc_completion(what);
-        assert!(!Rc::ptr_eq(&b, &held));
+        let z = core.zc_spare();
+        assert_eq!((Rc::as_ptr(&z.comp), z.comp.count(), z.slot.what.get().is_none()), (a_ptr, 1, true));
+        // Given back unused (the operation completed in its call): lent again.
+        core.zc_spare_back(z);
+        let z = core.zc_spare();
+        assert_eq!(Rc::as_ptr(&z.comp), a_ptr);
+        // Kept by the transport: it is that operation's; the next spare is another one.
+        let held = z.comp.clone();
+        z.slot.set_what(what);
+        drop(z);
+        let n = core.zc_spare();
+        assert!(!Rc::ptr_eq(&n.comp, &held));
+        assert_eq!(n.comp.count(), 1);
+        // A spare the transport still holds when given back is not lent again.
+        let extra = n.comp.clone();
+        core.zc_spare_back(n);
+        let m = core.zc_spare();
+        assert!(!Rc::ptr_eq(&m.comp, &extra));
+        // The kept one fires: back on the free list, not the spare.
+        held.complete(Status::Ok);
         drop(held);
+        core.zc_spare_back(m);
     }
 }

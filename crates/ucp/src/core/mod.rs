@@ -77,6 +77,9 @@ pub(crate) struct Core {
     /// Completions of zero-copy operations that fired and nobody holds: reused by the next
     /// ones (see [`Core::zc_completion`]).
     zc_comps: RefCell<Vec<exec::ZcComp>>,
+    /// The completion lent to operations that usually complete within their call (fetching
+    /// atomics on a shared-memory lane): see [`Core::zc_spare`].
+    zc_spare: Cell<Option<exec::ZcComp>>,
     /// The retry list, taken out of the engine while progress works through it.
     retry: RefCell<Vec<Id>>,
 }
@@ -120,6 +123,7 @@ impl Core {
                 mems: RefCell::new(IdTable::new()),
                 rkeys: RefCell::new(IdTable::new()),
                 zc_comps: RefCell::new(Vec::new()),
+                zc_spare: Cell::new(None),
                 retry: RefCell::new(Vec::new()),
             }
         });

@@ -34,13 +34,30 @@ pub(crate) struct Rkey {
     pub local: Option<(NonNull<u8>, usize)>,
     /// The components the key had entries for (for messages).
     pub components: String,
-    /// The endpoint's lanes (fixed for its lifetime): the fast path calls their transport
-    /// endpoints without looking the endpoint up.
-    pub io: Rc<EpLanes>,
+    /// The endpoint's lanes (fixed for its lifetime), held so that [`Rkey::direct`]'s
+    /// transport endpoints stay alive.
+    _io: Rc<EpLanes>,
     /// The largest contiguous put the fast path sends as one `put_short` or `put_bcopy` (0:
     /// none): `routes.put`'s short limit, or its bcopy limit below the zero-copy threshold.
     pub put_direct_max: usize,
+    /// The transport endpoint and key of the put, get and atomic routes' lanes where the
+    /// lane has a key (checked once here, used by the fast path).
+    pub direct: [Option<DirectLane>; 3],
 }
+
+/// A lane's transport endpoint and key, for the fast path ([`Rkey::direct`]): pointers into
+/// the key's own `_io` (its endpoints, boxed) and `keys` (a vector never changed after the
+/// unpack), so they live as long as the [`Rkey`] that holds them.
+#[derive(Clone, Copy)]
+pub(crate) struct DirectLane {
+    ep: NonNull<dyn uct::Ep>,
+    key: NonNull<uct::RemoteKey>,
+}
+
+/// [`Rkey::direct`]'s index of each kind of operation.
+const DIRECT_PUT: usize = 0;
+const DIRECT_GET: usize = 1;
+const DIRECT_AMO: usize = 2;
 
 /// The user's operation, as the API hands it to the driver.
 pub(crate) struct RmaOp {
@@ -147,7 +164,19 @@ impl Core {
             let bcopy = if c.zcopy_max == 0 { c.bcopy_max } else { c.bcopy_max.min(c.zcopy_thresh.saturating_sub(1)) };
             c.short_max.max(bcopy)
         });
+        let direct_of = |lane: Option<u8>| {
+            let lane = lane? as usize;
+            let key = keys.get(lane)?.as_ref()?;
+            let ep: &dyn uct::Ep = &*io.uct_eps.get(lane)?.ep;
+            Some(DirectLane { ep: NonNull::from(ep), key: NonNull::from(key) })
+        };
+        let direct = [
+            direct_of(routes.put.map(|c| c.lane)),
+            direct_of(routes.get.map(|c| c.lane)),
+            direct_of(routes.amo.map(|a| a.lane)),
+        ];
         let rkey = Rc::new(Rkey {
+            direct,
             ep: ep_id,
             base: packed.address,
             len: packed.length,
@@ -155,7 +184,7 @@ impl Core {
             routes,
             local,
             components: packed.entries.iter().map(|e| e.component).collect::<Vec<_>>().join(","),
-            io,
+            _io: io,
             put_direct_max,
         });
         let id = self.rkeys.borrow_mut().insert(rkey.clone());
@@ -376,15 +405,16 @@ impl Core {
         }
     }
 
-    /// The lane `lane`'s transport endpoint and key for an access of `len` bytes at `remote`
-    /// of `rk`, if it lies within the key's region and endpoint `ep_id` is ready for a direct
-    /// call (marked as having unflushed operations then).
+    /// The transport endpoint and key of `rk`'s lane for operations of kind `which` (a
+    /// `DIRECT_*` index) for an access of `len` bytes at `remote`, if it lies within the key's
+    /// region and endpoint `ep_id` is ready for a direct call (marked as having unflushed
+    /// operations then).
     #[inline(always)]
     fn direct_lane<'k>(
         &self,
         ep_id: Id,
         rk: &'k Rkey,
-        lane: u8,
+        which: usize,
         remote: u64,
         len: usize,
     ) -> Option<(&'k dyn uct::Ep, &'k uct::RemoteKey)> {
@@ -392,9 +422,13 @@ impl Core {
         if !inside {
             return None;
         }
-        let key = rk.keys.get(lane as usize)?.as_ref()?;
-        let uep = &*rk.io.uct_eps.get(lane as usize)?.ep;
-        self.direct_rma(ep_id).then_some((uep, key))
+        let d = rk.direct[which]?;
+        if !self.direct_rma(ep_id) {
+            return None;
+        }
+        // SAFETY: the pointers point into `rk._io`'s boxed endpoints and `rk.keys`, which live
+        // as long as `rk` and are never changed after the unpack ([`DirectLane`]).
+        Some(unsafe { (d.ep.as_ref(), d.key.as_ref()) })
     }
 
     /// A contiguous put that fits one `put_short` or `put_bcopy`, on a ready endpoint, inside
@@ -409,7 +443,7 @@ impl Core {
             return None;
         }
         let c = rk.routes.put?;
-        let (uep, key) = self.direct_lane(ep_id, rk, c.lane, remote, len)?;
+        let (uep, key) = self.direct_lane(ep_id, rk, DIRECT_PUT, remote, len)?;
         let r = if len <= c.short_max {
             uep.put_short(data, remote, key)
         } else {
@@ -435,7 +469,7 @@ impl Core {
         if len.wrapping_sub(1) >= c.short_max {
             return None;
         }
-        let (uep, key) = self.direct_lane(ep_id, rk, c.lane, remote, len)?;
+        let (uep, key) = self.direct_lane(ep_id, rk, DIRECT_GET, remote, len)?;
         // SAFETY: the caller's promise; a short get completes within the call.
         done_or_none(uep.get_short(unsafe { std::slice::from_raw_parts_mut(dst, len) }, remote, key))
     }
@@ -474,37 +508,25 @@ impl Core {
         if !ops.contains(aop.bit()) || !aligned {
             return None;
         }
-        let (uep, key) = self.direct_lane(ep_id, rk, a.lane, remote, size as usize)?;
+        let (uep, key) = self.direct_lane(ep_id, rk, DIRECT_AMO, remote, size as usize)?;
         if !fetch {
             return done_or_none(post_atomic(uep, aop, size, amo.value, remote, key)).map(|r| r.map(|()| None));
         }
-        // The completion stays on the free list unless the transport keeps it.
-        let (comp, slot, peeked) = match self.zc_peek() {
-            Some((c, s)) => (c, s, true),
-            None => {
-                let (c, s) = self.zc_completion(ZcDone::Rma { rid: Id::from_raw(u64::MAX) });
-                (c, s, false)
-            }
-        };
+        // The spare completion: the transport keeps it only for an operation it finishes later.
+        let z = self.zc_spare();
         // SAFETY: `res` is the operation's reply buffer of `size` bytes, aligned (checked
         // above), writable without other access until the operation completes (the caller's
         // promise); a started operation completes only after its completion.
-        let r = unsafe { fetch_atomic(uep, aop, size, amo, remote, key, res, &comp) };
-        if peeked {
-            if let Ok(Outcome::Done(())) = r {
-                return Some(Ok(None));
-            }
-            self.zc_kept(&comp);
-        }
+        let r = unsafe { fetch_atomic(uep, aop, size, amo, remote, key, res, &z.comp) };
         Some(match r {
             Ok(Outcome::Done(())) => {
-                self.zc_unused(comp, slot);
+                self.zc_spare_back(z);
                 Ok(None)
             }
             Ok(Outcome::InProgress) => {
                 // The key stays until the completion (the user may destroy it before).
                 if let Some(rkey) = self.rkeys.borrow().get(rkey_id) {
-                    slot.keep_rma(None, rkey.clone());
+                    z.slot.keep_rma(None, rkey.clone());
                 }
                 let route = RmaRoute { lane: a.lane, proto: RmaProto::Amo, piece: size as usize };
                 let param = std::mem::take(param);
@@ -515,16 +537,16 @@ impl Core {
                     let req = rma_req(ep_id, &op, route, param.hint(), 1, 1);
                     e.sh.rma_inflight(req, param)
                 });
-                slot.set_what(ZcDone::Rma { rid });
+                z.slot.set_what(ZcDone::Rma { rid });
                 Ok(Some(rid))
             }
             Ok(Outcome::NoResource) => {
-                self.zc_unused(comp, slot);
+                self.zc_spare_back(z);
                 // The slow path queues it (meeting the refusal again, it parks the endpoint).
                 return None;
             }
             Err(e) => {
-                self.zc_unused(comp, slot);
+                self.zc_spare_back(z);
                 Err(e)
             }
         })
