@@ -30,6 +30,7 @@
 //! `docs/ucp.md` in the repository has the code map (object -> file) and the life of an
 //! 8-byte and a 1 MiB message through the files.
 
+pub(crate) mod am;
 pub mod config;
 pub mod context;
 pub(crate) mod core;
@@ -56,9 +57,9 @@ pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo, EventSource, LaneInfo, MemAttr, Message, Operand,
-    ProgressDriver, RecvData, RecvFuture, RecvResult, RemoteKey, Request, SendData, SendFuture, ThreadMode, Worker,
-    WorkerParams,
+    block_on, AmData, AmHandlerFlags, AmMsg, AmSendFlags, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo,
+    EventSource, LaneInfo, MemAttr, Message, Operand, ProgressDriver, RecvData, RecvFuture, RecvResult, RemoteKey,
+    Request, SendData, SendFuture, ThreadMode, Worker, WorkerParams,
 };
 
 pub use ucs::Status;

@@ -85,8 +85,8 @@ impl Core {
         let lanes = &*tx.io;
         let ep = lanes.uct(tx.lane);
         match &tx.op {
-            TxOp::Short { tag, data } => {
-                TxResult::from_uct(ep.am_short(wire::AM_EAGER_ONLY, *tag, data.contig_bytes().unwrap_or(&[])))
+            TxOp::Short { id, hdr, data } => {
+                TxResult::from_uct(ep.am_short(*id, *hdr, data.contig_bytes().unwrap_or(&[])))
             }
             TxOp::Bcopy { hdr, data, offset, len } => TxResult::from_uct(ep.am_bcopy(
                 hdr.am_id(),

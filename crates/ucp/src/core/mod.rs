@@ -22,10 +22,12 @@ use uct::ProgressFlags;
 use crate::context::Context;
 use crate::engine::{Action, Engine, EpState, Flow, Lane, Local, TxResult};
 use crate::proto::pending::Front;
+use crate::wire;
 use crate::wireup::address::WorkerAddress;
 use crate::wireup::conn::AcceptReq;
 use mem::MemMap;
 
+pub(crate) mod am;
 pub(crate) mod exec;
 pub(crate) mod iface;
 pub(crate) mod lanes;
@@ -80,6 +82,10 @@ pub(crate) struct Core {
     /// The completion lent to operations that usually complete within their call (fetching
     /// atomics on a shared-memory lane): see [`Core::zc_spare`].
     zc_spare: Cell<Option<exec::ZcComp>>,
+    /// Active-message handlers by id.
+    am_handlers: RefCell<Vec<Option<am::AmEntry>>>,
+    /// Active messages whose data a handler may keep or kept (see `core::am`).
+    am_kept: RefCell<IdTable<am::AmKept>>,
     /// The retry list, taken out of the engine while progress works through it.
     retry: RefCell<Vec<Id>>,
 }
@@ -124,6 +130,8 @@ impl Core {
                 rkeys: RefCell::new(IdTable::new()),
                 zc_comps: RefCell::new(Vec::new()),
                 zc_spare: Cell::new(None),
+                am_handlers: RefCell::new(Vec::new()),
+                am_kept: RefCell::new(IdTable::new()),
                 retry: RefCell::new(Vec::new()),
             }
         });
@@ -421,6 +429,9 @@ impl Core {
     pub fn on_am(&self, id: u8, m: uct::AmRecv<'_>) {
         if rma_target::is_target_id(id) {
             return self.rma_target(id, m.data());
+        }
+        if matches!(id, wire::AM_AM_ONLY | wire::AM_AM_FIRST | wire::AM_AM_MIDDLE) {
+            return self.on_user_am(id, m);
         }
         let d = self.with_engine(|e| e.on_am(id, m));
         if let Some(d) = d {

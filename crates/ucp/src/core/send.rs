@@ -11,9 +11,10 @@ use super::exec::pack_data;
 use super::lanes::EpLanes;
 use super::Core;
 use crate::dt::UserBuf;
-use crate::engine::{EpState, Lane};
+use crate::engine::{EpState, Lane, TxOp};
+use crate::proto::eager::{short_op, whole_hdr};
 use crate::proto::{select, Op, OpKind, Proto};
-use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam};
+use crate::request::{RecvInfo, ReqKind, ReqState, RequestFlags, RequestParam, SendMsg};
 use crate::tag::recv::RecvOut;
 use crate::tag::Tag;
 use crate::wire::{self, WireupMsg};
@@ -31,22 +32,27 @@ fn tag_kind(sync: bool) -> OpKind {
     }
 }
 
-/// Sends a whole eager message straight to the AM lane (`proto` is eager short or bcopy).
+/// Sends a whole eager message straight to the AM lane (`proto` is eager short or bcopy); `rep`
+/// is the receiver's endpoint to this side (an active message's reply endpoint).
 #[inline(always)]
-fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, tag: Tag) -> ucs::OpResult {
+fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, msg: SendMsg, rep: u64) -> ucs::OpResult {
     if proto == Proto::EagerShort {
-        return io.am().am_short(wire::AM_EAGER_ONLY, tag, buf.contig_bytes().unwrap_or(&[]));
+        let (id, hdr) = match msg {
+            SendMsg::Tag(tag) => (wire::AM_EAGER_ONLY, tag),
+            SendMsg::Am(a) => (wire::AM_AM_ONLY, a.word().word()),
+        };
+        return io.am().am_short(id, hdr, buf.contig_bytes().unwrap_or(&[]));
     }
-    let hdr = DataHdr::Eager(wire::EagerHdr { tag });
+    let hdr = whole_hdr(msg, false, rep, 0);
     let len = buf.len();
     io.am()
-        .am_bcopy(wire::AM_EAGER_ONLY, &mut |dst| pack_data(dst, &hdr, buf, 0, len), uct::SendFlags::empty())
+        .am_bcopy(hdr.am_id(), &mut |dst| pack_data(dst, &hdr, buf, 0, len), uct::SendFlags::empty())
         .map(|o| o.map(|_| ()))
 }
 
 /// Sends bytes `[offset, offset + len)` of `buf` in one active message on the AM lane:
-/// `short` (a whole eager short message), `am_short` with the tag of `hdr` as its header;
-/// else `am_bcopy` of `hdr` and the data.
+/// `short` (a whole eager short message), `am_short` with the fixed header of `hdr` as its
+/// header; else `am_bcopy` of `hdr` and the data.
 #[inline]
 pub(super) fn data(
     io: &EpLanes,
@@ -56,13 +62,14 @@ pub(super) fn data(
     offset: usize,
     len: usize,
 ) -> ucs::OpResult {
-    match (short, hdr) {
-        (true, DataHdr::Eager(h)) => direct(io, Proto::EagerShort, buf, h.tag),
-        _ => io
-            .am()
-            .am_bcopy(hdr.am_id(), &mut |dst| pack_data(dst, hdr, buf, offset, len), uct::SendFlags::empty())
-            .map(|o| o.map(|_| ())),
+    if short {
+        if let Some(TxOp::Short { id, hdr, data }) = short_op(hdr, *buf) {
+            return io.am().am_short(id, hdr, data.contig_bytes().unwrap_or(&[]));
+        }
     }
+    io.am()
+        .am_bcopy(hdr.am_id(), &mut |dst| pack_data(dst, hdr, buf, offset, len), uct::SendFlags::empty())
+        .map(|o| o.map(|_| ()))
 }
 
 #[cold]
@@ -87,27 +94,41 @@ impl Core {
         sync: bool,
         param: RequestParam,
     ) -> UcsResult<Option<Id>> {
-        let (io, proto) = {
+        self.send_msg(ep_id, buf, SendMsg::Tag(tag), tag_kind(sync), sync, param)
+    }
+
+    /// Starts a send of message `msg` (a tagged send or an active message, of kind `kind`) with
+    /// data `buf`; `Ok(None)`: completed at once. As [`Core::tag_send`] says.
+    #[inline(always)]
+    pub(crate) fn send_msg(
+        &self,
+        ep_id: Id,
+        buf: UserBuf,
+        msg: SendMsg,
+        kind: OpKind,
+        sync: bool,
+        param: RequestParam,
+    ) -> UcsResult<Option<Id>> {
+        let (io, proto, rep) = {
             let mut guard = self.engine.borrow_mut();
             let e = &mut *guard;
             let Some(ep) = e.sh.eps.get(ep_id) else { return no_endpoint(ep_id) };
-            let proto =
-                select(&ep.cfg, Op { kind: tag_kind(sync), len: buf.len(), contig: buf.contig_seg().is_some() });
+            let proto = select(&ep.cfg, Op { kind, len: buf.len(), contig: buf.contig_seg().is_some() });
             let direct_ok = matches!(proto, Proto::EagerShort | Proto::EagerBcopy)
                 && !sync
                 && ep.ready()
                 && !param.flags.contains(RequestFlags::NO_IMM_CMPL);
             if !direct_ok {
                 drop(guard);
-                return self.tag_send_slow(ep_id, buf, tag, sync, param, proto);
+                return self.send_slow(ep_id, buf, msg, sync, param, proto);
             }
             // Counted now, under this borrow; uncounted if the lane refuses.
             *counter(&mut e.sh.counts, proto) += 1;
-            (ep.io.clone(), proto)
+            (ep.io.clone(), proto, ep.remote_id)
         };
-        match direct(&io, proto, &buf, tag) {
+        match direct(&io, proto, &buf, msg, rep) {
             Ok(Outcome::Done(())) => Ok(None),
-            r => self.direct_not_done(ep_id, &io, buf, tag, param, proto, r),
+            r => self.direct_not_done(ep_id, &io, buf, msg, param, proto, r),
         }
     }
 
@@ -120,7 +141,7 @@ impl Core {
         ep_id: Id,
         io: &Rc<EpLanes>,
         buf: UserBuf,
-        tag: Tag,
+        msg: SendMsg,
         param: RequestParam,
         proto: Proto,
         r: ucs::OpResult,
@@ -128,8 +149,8 @@ impl Core {
         *counter(&mut self.engine.borrow_mut().sh.counts, proto) -= 1;
         match r {
             Ok(Outcome::NoResource) => {
-                let rid =
-                    self.with_engine(|e| crate::tag::send::send_req_blocked(&mut e.sh, ep_id, buf, tag, param, proto))?;
+                let rid = self
+                    .with_engine(|e| crate::proto::send::send_req_blocked(&mut e.sh, ep_id, buf, msg, param, proto))?;
                 self.park_after_refusal(ep_id, io);
                 Ok(Some(rid))
             }
@@ -149,11 +170,11 @@ impl Core {
     /// queued transmissions (replayed first, so the new send need not queue behind ones that
     /// fit by now), a synchronous or large message, or one that must not complete at once.
     #[inline(never)]
-    fn tag_send_slow(
+    fn send_slow(
         &self,
         ep_id: Id,
         buf: UserBuf,
-        tag: Tag,
+        msg: SendMsg,
         sync: bool,
         param: RequestParam,
         proto: Proto,
@@ -178,16 +199,16 @@ impl Core {
             if direct_ok {
                 let ready = {
                     let mut e = self.engine.borrow_mut();
-                    let io = e.sh.eps.get(ep_id).filter(|ep| ep.ready()).map(|ep| ep.io.clone());
+                    let io = e.sh.eps.get(ep_id).filter(|ep| ep.ready()).map(|ep| (ep.io.clone(), ep.remote_id));
                     if io.is_some() {
                         *counter(&mut e.sh.counts, proto) += 1;
                     }
                     io
                 };
-                if let Some(io) = ready {
-                    return match direct(&io, proto, &buf, tag) {
+                if let Some((io, rep)) = ready {
+                    return match direct(&io, proto, &buf, msg, rep) {
                         Ok(Outcome::Done(())) => Ok(None),
-                        r => self.direct_not_done(ep_id, &io, buf, tag, param, proto, r),
+                        r => self.direct_not_done(ep_id, &io, buf, msg, param, proto, r),
                     };
                 }
             }
@@ -195,7 +216,7 @@ impl Core {
         let (rid, front, more) = {
             let mut guard = self.engine.borrow_mut();
             let e = &mut *guard;
-            let (rid, front) = crate::tag::send::send_req(&mut e.sh, ep_id, buf, tag, sync, param, proto)?;
+            let (rid, front) = crate::proto::send::send_req(&mut e.sh, ep_id, buf, msg, sync, param, proto)?;
             (rid, front, e.sh.has_actions())
         };
         if let Some(f) = front {

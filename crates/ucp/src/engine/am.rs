@@ -41,6 +41,10 @@ impl<L: Clone> Engine<L> {
             Ok(Msg::RmaGetRep(h, payload)) => crate::rma::sw::on_get_rep(sh, h, payload),
             Ok(Msg::AmoRep(h)) => crate::rma::sw::on_amo_rep(sh, h),
             Ok(Msg::RmaFlush(h)) => crate::rma::sw::on_flush(sh, h),
+            // The driver hands these to the active-message family.
+            Ok(Msg::Am(..) | Msg::AmFirst(..) | Msg::AmMiddle(..)) => {
+                tracing::warn!("ucp: {} reached the engine; dropped", wire::am_name(id))
+            }
             // Applied to memory by the driver, which never hands them here.
             Ok(Msg::RmaPut(..) | Msg::RmaGet(_) | Msg::Amo(_)) => {
                 tracing::warn!("ucp: {} reached the engine; dropped", wire::am_name(id))

@@ -134,6 +134,8 @@ pub(crate) struct Engine<L> {
     pub tag: TagState,
     /// Endpoints created towards each other, matched by wireup.
     pub conn: ConnMatch,
+    /// Active messages: reassembly.
+    pub am: crate::am::AmState,
 }
 
 /// What every protocol shares: the requests, the endpoints, and the work for the driver.
@@ -171,6 +173,7 @@ impl<L: Clone> Engine<L> {
             sh: Shared::new(local, keepalive_ns, keepalive_eps, now)?,
             tag: TagState::default(),
             conn: ConnMatch::default(),
+            am: crate::am::AmState::default(),
         })
     }
 
@@ -203,6 +206,7 @@ impl<L: Clone> Engine<L> {
     fn fail_ep(&mut self, id: Id, status: Status) {
         let name = self.sh.eps.get(id).map(|e| e.remote.name.clone()).unwrap_or_default();
         let partial = self.tag.ep_failed(id.raw(), &name, status);
+        self.am.ep_gone(id.raw(), &name, status);
         self.sh.fail_ep_requests(id, status, partial);
     }
 
@@ -251,6 +255,7 @@ impl<L: Clone> Engine<L> {
     /// Removes endpoint `id`; its lanes go to the driver to drop.
     pub fn ep_destroy(&mut self, id: Id) {
         self.conn.forget(id);
+        self.am.ep_gone(id.raw(), "a destroyed endpoint", Status::Canceled);
         self.sh.ep_destroy(id);
     }
 

@@ -12,7 +12,6 @@ use ucs::Status;
 
 use crate::dt::{Seg, UserBuf};
 use crate::proto::select::RtsOffer;
-use crate::tag::matcher::Tag;
 use crate::wire;
 use crate::wire::{Ctrl, DataHdr};
 
@@ -59,8 +58,9 @@ pub(crate) struct Mem {
 /// What to send.
 #[derive(Debug)]
 pub(crate) enum TxOp {
-    /// `am_short(AM_EAGER_ONLY, tag, data)`.
-    Short { tag: Tag, data: UserBuf },
+    /// `am_short(id, hdr, data)`: a whole eager message (the tag as header) or active message
+    /// (its fixed fields as header).
+    Short { id: u8, hdr: u64, data: UserBuf },
     /// `am_bcopy`: the header, then `len` bytes of `data` from `offset`.
     Bcopy { hdr: DataHdr, data: UserBuf, offset: usize, len: usize },
     /// `am_bcopy` of a control message.

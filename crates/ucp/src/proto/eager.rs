@@ -12,40 +12,66 @@ use ucs::idtable::Id;
 use ucs::Status;
 
 use super::select::{rts_offer, Proto};
+use crate::dt::UserBuf;
 use crate::engine::{EpState, Lane, Mem, Next, Shared, Step, TxOf, TxOp, TxResult, TxStatus, ZcDone};
-use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendPhase};
-use crate::tag::matcher::Tag;
+use crate::request::{zc_mut, ReqKind, ReqState, Reqs, SendMsg, SendPhase};
 use crate::wire::DataHdr;
 use crate::wire::{self, len, Header};
 
 /// The header of a whole eager message: the tag, and for a synchronous send the endpoint and
-/// request the receiver acknowledges to.
+/// request the receiver acknowledges to; or an active message's fixed fields (with the reply
+/// endpoint `rep` when it asks for one) and user header.
 #[inline]
-pub(crate) fn whole_hdr(tag: Tag, sync: bool, rep: u64, sreq: u64) -> DataHdr {
-    if sync {
-        DataHdr::EagerSync(wire::EagerSyncHdr { tag, ep: rep, sreq })
-    } else {
-        DataHdr::Eager(wire::EagerHdr { tag })
+pub(crate) fn whole_hdr(msg: SendMsg, sync: bool, rep: u64, sreq: u64) -> DataHdr {
+    match msg {
+        SendMsg::Tag(tag) if sync => DataHdr::EagerSync(wire::EagerSyncHdr { tag, ep: rep, sreq }),
+        SendMsg::Tag(tag) => DataHdr::Eager(wire::EagerHdr { tag }),
+        SendMsg::Am(a) => DataHdr::Am(wire::am::AmHdr { w: a.word(), ep: if a.reply { rep } else { 0 } }, a.hdr),
+    }
+}
+
+/// The header of a whole message sent with `am_short` (which carries 8 bytes of header): the
+/// tag, or an active message's fixed fields (one without user header or reply endpoint).
+#[inline]
+pub(crate) fn short_hdr(msg: SendMsg) -> DataHdr {
+    whole_hdr(msg, false, 0, 0)
+}
+
+/// The `am_short` of a whole message with header `hdr` (from [`short_hdr`]) and data `data`;
+/// `None` for a header `am_short` cannot carry.
+#[inline]
+pub(crate) fn short_op(hdr: &DataHdr, data: UserBuf) -> Option<TxOp> {
+    match hdr {
+        DataHdr::Eager(h) => Some(TxOp::Short { id: wire::AM_EAGER_ONLY, hdr: h.tag, data }),
+        DataHdr::Am(h, u) if !h.w.reply() && u.is_empty() => {
+            Some(TxOp::Short { id: wire::AM_AM_ONLY, hdr: h.w.word(), data })
+        }
+        _ => None,
     }
 }
 
 /// Length of the header of a whole eager message.
 #[inline]
-pub(crate) fn whole_hdr_len(sync: bool) -> usize {
-    if sync {
-        len::EAGER_SYNC_ONLY
-    } else {
-        len::EAGER_ONLY
+pub(crate) fn whole_hdr_len(msg: SendMsg, sync: bool) -> usize {
+    match msg {
+        SendMsg::Tag(_) if sync => len::EAGER_SYNC_ONLY,
+        SendMsg::Tag(_) => len::EAGER_ONLY,
+        SendMsg::Am(a) => len::AM_ONLY + if a.reply { 8 } else { 0 } + a.hdr.len(),
     }
 }
 
 /// The header of the eager fragment at `offset` of a `total`-byte message: the first one
-/// carries the tag and the length (and a synchronous send's request), the others the offset.
-pub(crate) fn frag_hdr(tag: Tag, rep: u64, msg_id: u64, total: usize, offset: usize, sreq: Option<u64>) -> DataHdr {
-    if offset == 0 {
-        DataHdr::First(wire::EagerFirstHdr { tag, ep: rep, msg_id, total, sreq })
-    } else {
-        DataHdr::Middle(wire::EagerMiddleHdr { ep: rep, msg_id, offset })
+/// carries the tag or the active message's fields and user header, and the length (and a
+/// synchronous send's request), the others the offset.
+pub(crate) fn frag_hdr(msg: SendMsg, rep: u64, msg_id: u64, total: usize, offset: usize, sreq: Option<u64>) -> DataHdr {
+    let middle = wire::EagerMiddleHdr { ep: rep, msg_id, offset };
+    match msg {
+        SendMsg::Tag(tag) if offset == 0 => DataHdr::First(wire::EagerFirstHdr { tag, ep: rep, msg_id, total, sreq }),
+        SendMsg::Tag(_) => DataHdr::Middle(middle),
+        SendMsg::Am(a) if offset == 0 => {
+            DataHdr::AmFirst(wire::am::AmFirstHdr { w: a.word(), ep: rep, msg_id, total }, a.hdr)
+        }
+        SendMsg::Am(_) => DataHdr::AmMiddle(wire::am::AmMiddleHdr(middle)),
     }
 }
 
@@ -77,24 +103,29 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let of = |offset, n| TxOf::Req { rid, offset, len: n };
     match s.phase {
         SendPhase::Queued => match s.proto {
-            Proto::EagerShort => Next::Tx(Lane::Am, TxOp::Short { tag: s.tag, data: s.buf }, of(0, total)),
+            Proto::EagerShort => match short_op(&short_hdr(s.msg.get()), s.buf) {
+                Some(op) => Next::Tx(Lane::Am, op, of(0, total)),
+                None => Next::Fail(Status::InvalidParam),
+            },
             Proto::EagerBcopy => {
-                let hdr = whole_hdr(s.tag, s.sync, rep, sreq);
+                let hdr = whole_hdr(s.msg.get(), s.sync, rep, sreq);
                 Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset: 0, len: total }, of(0, total))
             }
             Proto::Rndv => {
+                // (Active messages never select rendezvous yet.)
+                let SendMsg::Tag(tag) = s.msg.get() else { return Next::Fail(Status::Unsupported) };
                 let seg = s.buf.contig_seg();
                 let offer = rts_offer(cfg, total, seg.is_some());
                 let mem = seg.filter(|_| offer.register).map(|seg| Mem {
                     seg,
                     memh: s.zc.as_ref().and_then(|z| z.memh.clone()),
-                    hint: s.hint,
+                    hint: s.hint(),
                 });
                 // Set before the RTS goes: over a loop-back transport the answer arrives
                 // inside the send call.
                 s.phase = SendPhase::Rts { sent: false };
                 let hdr = wire::RtsHdr {
-                    tag: s.tag,
+                    tag,
                     ep: rep,
                     sreq,
                     size: total,
@@ -108,7 +139,7 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
             Proto::EagerMulti | Proto::EagerZcopy => Next::Fail(Status::InvalidParam),
         },
         SendPhase::Frags { offset, msg_id } => {
-            let hdr = frag_hdr(s.tag, rep, msg_id, total, offset, s.sync.then_some(sreq));
+            let hdr = frag_hdr(s.msg.get(), rep, msg_id, total, offset, s.sync.then_some(sreq));
             let Some(n) = piece_len(&hdr, total, offset, cfg.bcopy_max) else { return no_room(cfg.bcopy_max) };
             Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset, len: n }, of(offset, n))
         }
@@ -117,14 +148,14 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
                 return Next::Nothing;
             }
             let Some(seg) = s.buf.contig_seg() else { return Next::Fail(Status::InvalidParam) };
-            let single = total + whole_hdr_len(s.sync) <= cfg.zcopy_max;
+            let single = total + whole_hdr_len(s.msg.get(), s.sync) <= cfg.zcopy_max;
             let hdr = if single {
-                whole_hdr(s.tag, s.sync, rep, sreq)
+                whole_hdr(s.msg.get(), s.sync, rep, sreq)
             } else {
-                frag_hdr(s.tag, rep, msg_id, total, offset, s.sync.then_some(sreq))
+                frag_hdr(s.msg.get(), rep, msg_id, total, offset, s.sync.then_some(sreq))
             };
             let Some(n) = piece_len(&hdr, total, offset, cfg.zcopy_max) else { return no_room(cfg.zcopy_max) };
-            let mem = Mem { seg, memh: s.zc.as_ref().and_then(|z| z.memh.clone()), hint: s.hint };
+            let mem = Mem { seg, memh: s.zc.as_ref().and_then(|z| z.memh.clone()), hint: s.hint() };
             let token = ZcDone::EagerFrag { rid };
             Next::Tx(Lane::Am, TxOp::AmZcopy { hdr, mem, offset, len: n, token }, of(offset, n))
         }

@@ -2,8 +2,9 @@
 //! `rndv`): how an operation's data goes, chosen once per operation by [`select()`]; the eager
 //! protocols (short, bcopy in one fragment or several, zero-copy) in [`eager`]; rendezvous
 //! (RTS, then get_zcopy, put_zcopy or active-message fragments, then ATS/ATP) in [`rndv`]; the
-//! switch points of an endpoint in [`config`]. A family (tag matching today) supplies its headers and its
-//! matching; the machinery moves the bytes.
+//! switch points of an endpoint in [`config`]; sends with a request in [`send`]. A family (tag
+//! matching, active messages) supplies its headers and its matching or dispatch; the machinery
+//! moves the bytes.
 //!
 //! Everything here is part of the sans-IO engine: it changes protocol state and describes
 //! transmissions; the driver makes them. [`pending`] serves an endpoint's queue: it asks
@@ -14,6 +15,7 @@ pub(crate) mod eager;
 pub(crate) mod pending;
 pub(crate) mod rndv;
 pub(crate) mod select;
+pub(crate) mod send;
 
 pub(crate) use config::{EpConfig, LaneModels, RndvCaps};
 pub(crate) use select::{select, Op, OpKind, Proto};

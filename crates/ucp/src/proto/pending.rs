@@ -173,14 +173,14 @@ impl<L: Clone> Shared<L> {
                 let (rep, max) = (ep.remote_id, ep.cfg.bcopy_max);
                 let (short, hdr, offset, len) = match s.phase {
                     SendPhase::Queued if s.proto == Proto::EagerShort => {
-                        (true, DataHdr::Eager(crate::wire::EagerHdr { tag: s.tag }), 0, total)
+                        (true, eager::short_hdr(s.msg.get()), 0, total)
                     }
                     SendPhase::Queued if s.proto == Proto::EagerBcopy => {
-                        (false, eager::whole_hdr(s.tag, s.sync, rep, rid.raw()), 0, total)
+                        (false, eager::whole_hdr(s.msg.get(), s.sync, rep, rid.raw()), 0, total)
                     }
                     SendPhase::Frags { offset, msg_id } => {
                         let sreq = s.sync.then_some(rid.raw());
-                        let hdr = eager::frag_hdr(s.tag, rep, msg_id, total, offset, sreq);
+                        let hdr = eager::frag_hdr(s.msg.get(), rep, msg_id, total, offset, sreq);
                         (false, hdr, offset, eager::piece_len(&hdr, total, offset, max)?)
                     }
                     SendPhase::RndvFrags { rreq, offset } if offset < total => {
@@ -199,7 +199,7 @@ impl<L: Clone> Shared<L> {
     }
 
     /// The driver sent (or the lane refused) the data [`Shared::front`] (or
-    /// [`send_req`](crate::tag::send::send_req)) gave it: the send advances as after a
+    /// [`send_req`](crate::proto::send::send_req)) gave it: the send advances as after a
     /// [`Tx`] of the same piece ([`eager::send_done`]). Outside its flush loop the driver then
     /// kicks the endpoint ([`Shared::kick`]): over a loop-back lane, the answer to this very
     /// message may have queued meanwhile.
@@ -222,9 +222,9 @@ impl<L: Clone> Shared<L> {
         if !matches!(ep.queue.front(), Some(&Pending::Send(r)) if r == rid) {
             return Flow::Continue;
         }
-        let op = match (short, hdr) {
-            (true, DataHdr::Eager(h)) => TxOp::Short { tag: h.tag, data: buf },
-            _ => TxOp::Bcopy { hdr, data: buf, offset, len },
+        let op = match short.then(|| eager::short_op(&hdr, buf)).flatten() {
+            Some(op) => op,
+            None => TxOp::Bcopy { hdr, data: buf, offset, len },
         };
         match eager::send_done(self, rid, offset, len, &op, TxResult::of(status)) {
             Step::Blocked => return self.blocked(id, Lane::Am),

@@ -68,7 +68,7 @@ pub(crate) fn put_next<L>(reqs: &mut Reqs, _ep: &EpState<L>, ep_id: Id, sreq: Id
     let (Some(z), Some(seg)) = (s.zc.as_mut(), s.buf.contig_seg()) else { return Next::Fail(Status::InvalidParam) };
     let Some(target) = z.put else { return Next::Nothing };
     z.rma = true;
-    let mem = Mem { seg, memh: z.memh.clone(), hint: s.hint };
+    let mem = Mem { seg, memh: z.memh.clone(), hint: s.hint() };
     let token = ZcDone::Put { ep: ep_id, sreq, rreq: target.rreq };
     let len = seg.len;
     Next::Tx(

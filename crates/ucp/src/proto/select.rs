@@ -21,6 +21,9 @@ pub(crate) enum OpKind {
     TagSend,
     /// A synchronous tagged send (`ucp_tag_send_sync_nbx`).
     TagSendSync,
+    /// An active message (`ucp_am_send_nbx`) whose header adds `hdr` bytes to the fixed
+    /// ones (its user header, and 8 for a reply endpoint). Eager only, for now.
+    Am { hdr: u32 },
 }
 
 impl OpKind {
@@ -30,14 +33,31 @@ impl OpKind {
         match self {
             OpKind::TagSend => len::EAGER_ONLY,
             OpKind::TagSendSync => len::EAGER_SYNC_ONLY,
+            OpKind::Am { hdr } => len::AM_ONLY + hdr as usize,
         }
+    }
+
+    /// Whether the kind may go zero-copy: its headers fit the fixed-size header buffer of
+    /// `am_zcopy` (an active message's user header comes on top of its fixed header).
+    #[inline(always)]
+    fn zcopy_ok(self) -> bool {
+        match self {
+            OpKind::TagSend | OpKind::TagSendSync => true,
+            OpKind::Am { hdr } => len::AM_FIRST + hdr as usize <= len::MAX_DATA_HDR,
+        }
+    }
+
+    /// Whether the kind may go rendezvous (active messages: not yet).
+    #[inline(always)]
+    fn rndv_ok(self) -> bool {
+        !matches!(self, OpKind::Am { .. })
     }
 
     /// Whether the kind may go eager short: `am_short` carries an 8-byte header, the tag; a
     /// synchronous send also needs its endpoint and request.
     #[inline(always)]
     fn short_ok(self) -> bool {
-        matches!(self, OpKind::TagSend)
+        matches!(self, OpKind::TagSend | OpKind::Am { hdr: 0 })
     }
 }
 
@@ -76,14 +96,14 @@ pub(crate) enum Proto {
 ///   bcopy size, else in several.
 #[inline(always)]
 pub(crate) fn select(cfg: &EpConfig, op: Op) -> Proto {
-    if op.len >= cfg.rndv_thresh {
+    if op.len >= cfg.rndv_thresh && op.kind.rndv_ok() {
         return Proto::Rndv;
     }
     if op.contig {
         if op.len < cfg.short_lim && op.kind.short_ok() {
             return Proto::EagerShort;
         }
-        if op.len >= cfg.zcopy_thresh && op.len > 0 {
+        if op.len >= cfg.zcopy_thresh && op.len > 0 && op.kind.zcopy_ok() {
             return Proto::EagerZcopy;
         }
     }

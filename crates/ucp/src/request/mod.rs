@@ -82,11 +82,87 @@ pub(crate) struct PutTarget {
     pub rreq: u64,
 }
 
+/// What a send carries besides its data: it decides the headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendMsg {
+    /// A tagged message (`ucp_tag_send_nbx`).
+    Tag(Tag),
+    /// An active message (`ucp_am_send_nbx`).
+    Am(AmOut),
+}
+
+impl SendMsg {
+    /// The tag a send's completion reports (0 for an active message).
+    #[inline]
+    pub fn tag(&self) -> Tag {
+        match self {
+            SendMsg::Tag(t) => *t,
+            SendMsg::Am(_) => 0,
+        }
+    }
+}
+
+/// An active message's identity: the user's id, whether it names a reply endpoint, and its
+/// user header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AmOut {
+    pub id: u16,
+    pub reply: bool,
+    pub hdr: crate::wire::UserHdr,
+}
+
+impl AmOut {
+    /// The fixed fields of its headers.
+    #[inline]
+    pub fn word(&self) -> crate::wire::am::AmWord {
+        let flags = if self.reply { crate::wire::am::AM_FLAG_REPLY } else { 0 };
+        crate::wire::am::AmWord { id: self.id, flags, hdr_len: self.hdr.len() as u32 }
+    }
+}
+
+/// A [`SendMsg`] as a request keeps it, in 16 bytes (a request stays small): the tag, or an
+/// active message's fixed header word and its user header's address (never null: an empty
+/// header gets a dangling one), which tells the two apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PackedMsg {
+    word: u64,
+    hdr: *const u8,
+}
+
+impl PackedMsg {
+    /// Packs `m`.
+    #[inline(always)]
+    pub fn new(m: SendMsg) -> PackedMsg {
+        match m {
+            SendMsg::Tag(tag) => PackedMsg { word: tag, hdr: std::ptr::null() },
+            SendMsg::Am(a) => {
+                let p = a.hdr.0.contig_seg().map_or(std::ptr::null(), |s| s.ptr.cast_const());
+                let hdr = if p.is_null() { std::ptr::NonNull::<u8>::dangling().as_ptr().cast_const() } else { p };
+                PackedMsg { word: a.word().word(), hdr }
+            }
+        }
+    }
+
+    /// The message.
+    #[inline(always)]
+    pub fn get(self) -> SendMsg {
+        if self.hdr.is_null() {
+            return SendMsg::Tag(self.word);
+        }
+        let len = (self.word >> 32) as usize;
+        // SAFETY: the user header the send was given (contiguous), under the promise its
+        // `UserBuf` was made with: valid until the send completes.
+        let hdr = crate::wire::UserHdr(unsafe { UserBuf::contig(self.hdr.cast_mut(), len) });
+        let reply = (self.word >> 16) as u8 & crate::wire::am::AM_FLAG_REPLY != 0;
+        SendMsg::Am(AmOut { id: self.word as u16, reply, hdr })
+    }
+}
+
 /// A send in flight.
 #[derive(Debug)]
 pub(crate) struct SendReq {
     pub ep: Id,
-    pub tag: Tag,
+    pub msg: PackedMsg,
     pub buf: UserBuf,
     /// A synchronous send: complete only once the receiver matched it.
     pub sync: bool,
@@ -97,8 +173,17 @@ pub(crate) struct SendReq {
     pub phase: SendPhase,
     /// Zero-copy state (out of line, from the worker's pool: most sends never need it).
     pub zc: Option<PoolBox<ZcState>>,
-    /// The memory-handle hint of the operation.
-    pub hint: Option<Id>,
+    /// The memory-handle hint of the operation, raw (0: none; [`SendReq::hint`]): 8 bytes
+    /// instead of an `Option`'s 16 keep the request small.
+    pub hint_raw: u64,
+}
+
+impl SendReq {
+    /// The memory-handle hint (no live id is 0: generations start at 1).
+    #[inline]
+    pub fn hint(&self) -> Option<Id> {
+        (self.hint_raw != 0).then(|| Id::from_raw(self.hint_raw))
+    }
 }
 
 /// State of zero-copy protocols: a registration, the matched RTS, a put's target, the

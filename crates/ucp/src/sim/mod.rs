@@ -79,7 +79,7 @@ pub(crate) struct SimStats {
     pub replayed: u64,
     /// Control messages sent at once ([`Action::Ctrl`]).
     pub direct_ctrl: u64,
-    /// Sends with a request that went out at once ([`crate::tag::send::send_req`]).
+    /// Sends with a request that went out at once ([`crate::proto::send::send_req`]).
     pub sent_at_once: u64,
     pub lost: u64,
     pub copies: u64,
@@ -276,7 +276,15 @@ impl Sim {
         let cfg = e.sh.eps.get(ep).map(|s| s.cfg).ok_or(Status::InvalidParam)?;
         let kind = if sync { crate::proto::OpKind::TagSendSync } else { crate::proto::OpKind::TagSend };
         let proto = crate::proto::select(&cfg, crate::proto::Op { kind, len: data.len(), contig: true });
-        let (_, front) = crate::tag::send::send_req(&mut e.sh, ep, buf, tag, sync, param(user), proto)?;
+        let (_, front) = crate::proto::send::send_req(
+            &mut e.sh,
+            ep,
+            buf,
+            crate::request::SendMsg::Tag(tag),
+            sync,
+            param(user),
+            proto,
+        )?;
         if let Some(f) = front {
             self.stats.sent_at_once += 1;
             self.send_front_now(n, ep, f);
@@ -395,9 +403,9 @@ impl Sim {
     fn send_front(&mut self, n: usize, id: Id, f: Front<SimIo>) -> Flow {
         let (io, flow) = match f {
             Front::Data { io, rid, short, hdr, buf, offset, len } => {
-                let op = match (short, hdr) {
-                    (true, wire::DataHdr::Eager(h)) => TxOp::Short { tag: h.tag, data: buf },
-                    _ => TxOp::Bcopy { hdr, data: buf, offset, len },
+                let op = match short.then(|| crate::proto::eager::short_op(&hdr, buf)).flatten() {
+                    Some(op) => op,
+                    None => TxOp::Bcopy { hdr, data: buf, offset, len },
                 };
                 let tx = Tx { io, lane: Lane::Am, op, of: TxOf::Req { rid, offset, len } };
                 let res = self.exec(n, &tx);
@@ -471,10 +479,10 @@ impl Sim {
             TxOp::Rma(_) => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
             TxOp::Flush { .. } => return TxResult::of(TxStatus::Done),
             TxOp::RmaGetData { .. } => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
-            TxOp::Short { tag, data } => {
-                let mut b = tag.to_le_bytes().to_vec();
+            TxOp::Short { id, hdr, data } => {
+                let mut b = hdr.to_le_bytes().to_vec();
                 b.extend_from_slice(data.contig_bytes().unwrap_or(&[]));
-                (wire::AM_EAGER_ONLY, b, None)
+                (*id, b, None)
             }
             TxOp::Bcopy { hdr, data, offset, len } => {
                 let mut b = vec![0u8; hdr.encoded_len() + len];

@@ -3,7 +3,8 @@
 //!
 //! * [`matcher`]: the queues of posted receives and unexpected messages (sans IO, no
 //!   protocol);
-//! * `send`: a tagged send that needs a request (the direct eager sends are the driver's);
+//! * sends that need a request are the shared machinery's (`proto::send`; the direct eager
+//!   sends are the driver's);
 //! * `recv`: posting a receive, and what arrives - eager messages whole or in fragments,
 //!   synchronous ones (acknowledged at the match), rendezvous requests - matched against the
 //!   posted receives or kept as unexpected;
@@ -22,7 +23,6 @@ use crate::request::Rts;
 pub mod matcher;
 mod probe;
 pub(crate) mod recv;
-pub(crate) mod send;
 
 pub use matcher::{
     bucket_index, tag_matches, Arrived, ExpEntry, ExpQueues, ExpStore, Posted, RecvHandle, Tag, TagMatcher,

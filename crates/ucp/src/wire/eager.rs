@@ -153,7 +153,11 @@ pub struct EagerMiddleHdr {
 impl EagerMiddleHdr {
     /// The header and the fragment after it.
     pub fn decode(data: &[u8]) -> Result<(Self, &[u8]), WireError> {
-        let what = "eager middle";
+        Self::decode_as(data, "eager middle")
+    }
+
+    /// [`EagerMiddleHdr::decode`] for the message `what` (another family's middle fragment).
+    pub(crate) fn decode_as<'a>(data: &'a [u8], what: &'static str) -> Result<(Self, &'a [u8]), WireError> {
         let mut r = Reader::new(what, data);
         let (ep, msg_id, offset) = (r.u64()?, r.u64()?, r.u64()?);
         let offset =

@@ -27,6 +27,9 @@
 //! | 16 | atomic (emulated) | [`rma::AmoReq`] ep, rreq, address, value, compare, op, size, flags (43) | - |
 //! | 17 | atomic reply | [`rma::AmoRep`] rreq, value, status (20) | - |
 //! | 18, 19 | rma flush, reply | [`rma::FlushMsg`] ep, status (12) | - |
+//! | 20 | active message | [`am::AmHdr`] id, flags, user header length (8), ep if reply (8) | user header, data |
+//! | 21 | active message first | [`am::AmFirstHdr`] id, flags, user header length, ep, msg id, total (32) | user header, first fragment |
+//! | 22 | active message middle | [`am::AmMiddleHdr`] ep, msg id, offset (24) | a later fragment |
 //!
 //! Peers are never trusted beyond the format: `ep` fields hold the *receiver's* endpoint id
 //! for the sender (learned during wireup) so the receiver replies on the right endpoint, and
@@ -37,6 +40,7 @@ use std::fmt;
 
 use ucs::Status;
 
+pub mod am;
 mod eager;
 mod msg;
 pub mod rkey;
@@ -48,7 +52,7 @@ pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, SyncAck};
 pub use rndv::{Atp, Ats, RndvDataHdr, RtrHdr, RtsHdr};
 pub use wireup::{EpAddr, WireupMsg};
 
-pub(crate) use msg::{Ctrl, DataHdr, WireupOut};
+pub(crate) use msg::{Ctrl, DataHdr, UserHdr, WireupOut};
 
 /// Wireup: connection request, reply and acknowledgement.
 pub const AM_WIREUP: u8 = 1;
@@ -90,8 +94,15 @@ pub const AM_RMA_FLUSH: u8 = 18;
 /// Flush of emulated operations: the reply.
 pub const AM_RMA_FLUSH_REP: u8 = 19;
 
+/// Active message (`ucp_am_send_nbx`) in one piece.
+pub const AM_AM_ONLY: u8 = 20;
+/// First fragment of a multi-fragment active message.
+pub const AM_AM_FIRST: u8 = 21;
+/// Later fragments of a multi-fragment active message.
+pub const AM_AM_MIDDLE: u8 = 22;
+
 /// Every AM id UCP uses, for handler registration.
-pub const ALL_AM_IDS: [u8; 19] = [
+pub const ALL_AM_IDS: [u8; 22] = [
     AM_WIREUP,
     AM_EAGER_ONLY,
     AM_EAGER_FIRST,
@@ -111,6 +122,9 @@ pub const ALL_AM_IDS: [u8; 19] = [
     AM_AMO_REP,
     AM_RMA_FLUSH,
     AM_RMA_FLUSH_REP,
+    AM_AM_ONLY,
+    AM_AM_FIRST,
+    AM_AM_MIDDLE,
 ];
 
 /// Human name of an AM id, for logs.
@@ -135,6 +149,9 @@ pub fn am_name(id: u8) -> &'static str {
         AM_AMO_REP => "atomic reply",
         AM_RMA_FLUSH => "rma flush",
         AM_RMA_FLUSH_REP => "rma flush reply",
+        AM_AM_ONLY => "active message",
+        AM_AM_FIRST => "active message first",
+        AM_AM_MIDDLE => "active message middle",
         _ => "unknown",
     }
 }
@@ -157,7 +174,13 @@ pub mod len {
     pub const RTR: usize = 42;
     /// Rndv data: rreq, offset.
     pub const RNDV_DATA: usize = 16;
-    /// The longest header of a message with a payload (eager sync first).
+    /// Active message: id, flags, user header length (without the reply endpoint and the
+    /// user header).
+    pub const AM_ONLY: usize = 8;
+    /// Active message first fragment: id, flags, user header length, ep, msg id, total.
+    pub const AM_FIRST: usize = 32;
+    /// The longest fixed header of a message with a payload (eager sync first); an active
+    /// message's user header comes on top of its fixed header.
     pub const MAX_DATA_HDR: usize = EAGER_SYNC_FIRST;
 }
 
@@ -305,6 +328,12 @@ pub enum Msg<'a> {
     AmoRep(rma::AmoRep),
     /// [`AM_RMA_FLUSH`] or [`AM_RMA_FLUSH_REP`].
     RmaFlush(rma::FlushMsg),
+    /// [`AM_AM_ONLY`]: header, user header, data.
+    Am(am::AmHdr, &'a [u8], &'a [u8]),
+    /// [`AM_AM_FIRST`]: header, user header, first fragment.
+    AmFirst(am::AmFirstHdr, &'a [u8], &'a [u8]),
+    /// [`AM_AM_MIDDLE`].
+    AmMiddle(am::AmMiddleHdr, &'a [u8]),
 }
 
 impl<'a> Msg<'a> {
@@ -349,6 +378,18 @@ impl<'a> Msg<'a> {
             AM_AMO_REQ => Msg::Amo(rma::AmoReq::decode(data)?),
             AM_AMO_REP => Msg::AmoRep(rma::AmoRep::decode(data)?),
             AM_RMA_FLUSH | AM_RMA_FLUSH_REP => Msg::RmaFlush(rma::FlushMsg::decode(id, data)?),
+            AM_AM_ONLY => {
+                let (h, u, p) = am::AmHdr::decode(data)?;
+                Msg::Am(h, u, p)
+            }
+            AM_AM_FIRST => {
+                let (h, u, p) = am::AmFirstHdr::decode(data)?;
+                Msg::AmFirst(h, u, p)
+            }
+            AM_AM_MIDDLE => {
+                let (h, p) = am::AmMiddleHdr::decode(data)?;
+                Msg::AmMiddle(h, p)
+            }
             _ => return Err(WireError::UnknownAmId(id)),
         })
     }
@@ -533,7 +574,7 @@ pub(crate) mod tests {
             assert_ne!(am_name(id), "unknown");
         }
         assert_eq!(Msg::decode(0, &[]), Err(WireError::UnknownAmId(0)));
-        assert_eq!(Msg::decode(20, &[0; 64]), Err(WireError::UnknownAmId(20)));
+        assert_eq!(Msg::decode(23, &[0; 64]), Err(WireError::UnknownAmId(23)));
     }
 
     #[test]
@@ -546,7 +587,7 @@ pub(crate) mod tests {
 
     proptest! {
         #[test]
-        fn decoding_anything_never_panics(id in 0u8..24, bytes in proptest::collection::vec(any::<u8>(), 0..160)) {
+        fn decoding_anything_never_panics(id in 0u8..28, bytes in proptest::collection::vec(any::<u8>(), 0..160)) {
             let _ = Msg::decode(id, &bytes);
         }
     }

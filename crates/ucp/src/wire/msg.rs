@@ -4,7 +4,35 @@
 use std::rc::Rc;
 
 use super::{Header, WireError, WireupMsg};
+use crate::dt::UserBuf;
 use crate::wire;
+
+/// The user header of an active message: the caller's bytes, read when the header is packed
+/// (valid until the send completes: the contract of the send's `unsafe` constructor).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UserHdr(pub UserBuf);
+
+impl PartialEq for UserHdr {
+    fn eq(&self, o: &UserHdr) -> bool {
+        self.0.contig_seg() == o.0.contig_seg() && self.0.len() == o.0.len()
+    }
+}
+
+impl Eq for UserHdr {}
+
+impl UserHdr {
+    /// Its length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+}
 
 /// The header of a message that carries data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +44,12 @@ pub(crate) enum DataHdr {
     RndvData(wire::RndvDataHdr),
     /// An emulated put.
     RmaPut(wire::rma::PutHdr),
+    /// A whole active message and its user header.
+    Am(wire::am::AmHdr, UserHdr),
+    /// The first fragment of an active message and its user header.
+    AmFirst(wire::am::AmFirstHdr, UserHdr),
+    /// A later fragment of an active message.
+    AmMiddle(wire::am::AmMiddleHdr),
 }
 
 impl DataHdr {
@@ -27,6 +61,18 @@ impl DataHdr {
             DataHdr::Middle(h) => h,
             DataHdr::RndvData(h) => h,
             DataHdr::RmaPut(h) => h,
+            DataHdr::Am(h, _) => h,
+            DataHdr::AmFirst(h, _) => h,
+            DataHdr::AmMiddle(h) => h,
+        }
+    }
+
+    /// The user header an active message carries after its fixed header.
+    #[inline]
+    fn user(&self) -> Option<&UserHdr> {
+        match self {
+            DataHdr::Am(_, u) | DataHdr::AmFirst(_, u) => Some(u),
+            _ => None,
         }
     }
 }
@@ -38,13 +84,23 @@ impl Header for DataHdr {
     }
     #[inline]
     fn encoded_len(&self) -> usize {
-        self.inner().encoded_len()
+        self.inner().encoded_len() + self.user().map_or(0, UserHdr::len)
     }
     #[inline]
     fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         match self {
             // The common one without the indirection.
             DataHdr::Eager(h) => h.encode(buf),
+            DataHdr::Am(_, u) | DataHdr::AmFirst(_, u) => {
+                let need = self.encoded_len();
+                if buf.len() < need {
+                    return Err(WireError::BufferTooSmall { needed: need, got: buf.len() });
+                }
+                let n = self.inner().encode(buf)?;
+                // (Within the caller's header: its length is the one the fixed part names.)
+                u.0.copy_out(0, &mut buf[n..need]).map_err(|_| WireError::BufferTooSmall { needed: need, got: n })?;
+                Ok(need)
+            }
             h => h.inner().encode(buf),
         }
     }

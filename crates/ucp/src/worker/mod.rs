@@ -31,12 +31,14 @@ use crate::tag::recv::RecvOut;
 use crate::tag::Tag;
 use crate::wireup::address::WorkerAddress;
 
+mod am;
 mod data;
 mod endpoint;
 mod future;
 mod request;
 mod rma;
 
+pub use am::{AmData, AmHandlerFlags, AmMsg, AmSendFlags};
 use data::detach;
 pub use data::{RecvData, RecvResult, SendData};
 pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};

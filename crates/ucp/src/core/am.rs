@@ -1,0 +1,218 @@
+//! The driver's half of active messages: the handler table (`ucp_worker_set_am_recv_handler`),
+//! the direct send (`ucp_am_send_nbx`) through the shared send path, and the delivery of what
+//! the engine's family ([`crate::am`]) hands over: the user's handler runs here, outside the
+//! engine, so that it may send (replies included) from inside the call.
+//!
+//! Data a handler may keep beyond its call (`UCP_AM_RECV_ATTR_FLAG_DATA`: a message that
+//! arrived in a transport descriptor, a reassembled one, or any one for a handler registered
+//! with `PERSISTENT_DATA`) is moved into the worker's table of kept messages before the
+//! handler runs, at a stable address; the handler's `take` leaves it there until the user
+//! releases it (`ucp_am_data_release`), otherwise it goes when the handler returns.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use ucs::idtable::Id;
+use ucs::{Status, UcsResult};
+
+use super::Core;
+use crate::am::{AmArrival, AmBytes};
+use crate::dt::UserBuf;
+use crate::proto::OpKind;
+use crate::request::{AmOut, RequestParam, SendMsg};
+use crate::wire;
+
+/// What a handler is given (the API wraps it for the user).
+pub(crate) struct AmIn<'a> {
+    /// The user's id.
+    pub id: u16,
+    /// The endpoint to reply on, when the sender asked for one.
+    pub reply: Option<Id>,
+    /// The user header (valid during the call).
+    pub hdr: &'a [u8],
+    /// The data: valid during the call; with `kept`, until the kept entry is released.
+    pub data: &'a [u8],
+    /// The message's entry in the kept table when the handler may keep the data.
+    pub kept: Option<Id>,
+    /// Set by the handler to keep the data (the entry then stays until released).
+    pub taken: &'a Cell<bool>,
+}
+
+/// A registered handler: the API's wrapper of the user's callback, and whether the data must
+/// always be keepable (`UCP_AM_FLAG_PERSISTENT_DATA`).
+#[derive(Clone)]
+pub(crate) struct AmEntry {
+    pub cb: Rc<dyn Fn(AmIn<'_>)>,
+    pub persistent: bool,
+}
+
+/// Storage of a kept message: stable in memory while it lives (a transport or pool buffer, or
+/// the heap), whatever the table does with the entry itself.
+enum KeptStore {
+    Desc(uct::AmDesc),
+    Pool(ucs::mpool::PoolBuf),
+    Heap(Vec<u8>),
+}
+
+/// A kept message: its storage and where its data is in it.
+pub(crate) struct AmKept {
+    store: KeptStore,
+    data: (usize, usize),
+}
+
+impl AmKept {
+    fn base(&self) -> *const u8 {
+        match &self.store {
+            KeptStore::Desc(d) => d.as_ptr(),
+            KeptStore::Pool(b) => b.as_ptr(),
+            KeptStore::Heap(v) => v.as_ptr(),
+        }
+    }
+
+    /// Start and length of the data.
+    pub fn data(&self) -> (*const u8, usize) {
+        (self.base().wrapping_add(self.data.0), self.data.1)
+    }
+}
+
+impl Core {
+    /// Registers (or with `None` removes) the handler of active-message id `id`. A message
+    /// goes to the handler registered when it arrived whole; one with no handler is dropped
+    /// (logged).
+    pub fn set_am_handler(&self, id: u16, entry: Option<AmEntry>) {
+        let mut h = self.am_handlers.borrow_mut();
+        let i = id as usize;
+        if h.len() <= i {
+            if entry.is_none() {
+                return;
+            }
+            h.resize(i + 1, None);
+        }
+        h[i] = entry;
+    }
+
+    /// The largest user header an active message may carry on this worker (UCX's
+    /// `max_am_header`): what one bcopy fragment of the smallest AM lane leaves after the
+    /// fixed header of a first fragment and one byte of data (so that every fragment of a
+    /// multi-fragment message moves data).
+    pub fn am_max_header(&self) -> usize {
+        self.ifaces
+            .iter()
+            .filter(|w| w.attr.flags.contains(uct::IfaceFlags::AM_BCOPY))
+            .map(|w| w.attr.am.max_bcopy.saturating_sub(wire::len::AM_FIRST + 1))
+            .min()
+            .unwrap_or(0)
+            .min(u32::MAX as usize)
+    }
+
+    /// Starts an active-message send (`ucp_am_send_nbx`) of data `buf` with user header `hdr`;
+    /// `Ok(None)`: completed at once.
+    pub fn am_send(
+        &self,
+        ep_id: Id,
+        id: u16,
+        hdr: UserBuf,
+        buf: UserBuf,
+        reply: bool,
+        param: RequestParam,
+    ) -> UcsResult<Option<Id>> {
+        let max = self.am_max_header();
+        if hdr.len() > max {
+            tracing::error!("am_send: a {}-byte header is longer than the largest one ({max})", hdr.len());
+            return Err(Status::InvalidParam);
+        }
+        let a = AmOut { id, reply, hdr: wire::UserHdr(hdr) };
+        let kind = OpKind::Am { hdr: (hdr.len() + if reply { 8 } else { 0 }) as u32 };
+        self.send_msg(ep_id, buf, SendMsg::Am(a), kind, false, param)
+    }
+
+    /// A message of the active-message family arrived (AM id `id`).
+    pub(crate) fn on_user_am(&self, id: u8, m: uct::AmRecv<'_>) {
+        let arrival = {
+            let mut guard = self.engine.borrow_mut();
+            let e = &mut *guard;
+            e.am.on_msg(&e.sh, id, m)
+        };
+        if let Some(a) = arrival {
+            self.deliver_am(a);
+        }
+    }
+
+    fn deliver_am(&self, a: AmArrival<'_>) {
+        let entry = self.am_handlers.borrow().get(a.id as usize).cloned().flatten();
+        let Some(entry) = entry else {
+            tracing::warn!("ucp: an active message with id {} arrived, and no handler is set for it; dropped", a.id);
+            if let AmBytes::Owned { data, .. } = a.bytes {
+                self.engine.borrow_mut().am.recycle(data);
+            }
+            return;
+        };
+        let taken = Cell::new(false);
+        let (kept, hdr_copy) = match a.bytes {
+            AmBytes::Recv { m, hdr, data } if !m.is_desc() && !entry.persistent => {
+                // Inline in the transport's buffer and not to be kept: lent for the call.
+                let bytes = m.data();
+                let (h, d) = (&bytes[hdr.0..hdr.0 + hdr.1], &bytes[data..]);
+                (entry.cb)(AmIn { id: a.id, reply: a.reply, hdr: h, data: d, kept: None, taken: &taken });
+                return;
+            }
+            AmBytes::Recv { m, hdr, data } => {
+                let len = m.len();
+                let store = if m.is_desc() {
+                    KeptStore::Desc(m.keep())
+                } else {
+                    // Copied whole (the user header stays readable during the call).
+                    let pool = self.engine.borrow().sh.kept_msgs.clone();
+                    match (len <= pool.elem_size()).then(|| pool.get_buf()).flatten() {
+                        Some(mut b) => {
+                            b.as_mut_slice()[..len].copy_from_slice(m.data());
+                            KeptStore::Pool(b)
+                        }
+                        None => KeptStore::Heap(m.data().to_vec()),
+                    }
+                };
+                let k = AmKept { store, data: (data, len - data) };
+                (self.am_kept.borrow_mut().insert(k), Some(hdr))
+            }
+            AmBytes::Owned { hdr, data } => {
+                let n = data.len();
+                let k = AmKept { store: KeptStore::Heap(data), data: (0, n) };
+                let id = self.am_kept.borrow_mut().insert(k);
+                self.deliver_kept(&entry, a.id, a.reply, id, &hdr, &taken);
+                if !taken.get() {
+                    self.am_release_into_engine(id);
+                }
+                return;
+            }
+        };
+        // The header is in the kept storage, before the data.
+        let (base, _) = self.am_kept.borrow().get(kept).map(|k| (k.base(), ())).unwrap_or((std::ptr::null(), ()));
+        let (off, n) = hdr_copy.unwrap_or((0, 0));
+        // SAFETY: `base` is the kept storage's start (stable while the entry lives, which is
+        // at least until this function releases it below), and the header lies within the
+        // message the engine decoded (`off + n` within it).
+        let h = if base.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(base.add(off), n) } };
+        self.deliver_kept(&entry, a.id, a.reply, kept, h, &taken);
+        if !taken.get() {
+            self.am_release_into_engine(kept);
+        }
+    }
+
+    /// Runs the handler on kept message `kept` with user header `hdr`.
+    fn deliver_kept(&self, entry: &AmEntry, id: u16, reply: Option<Id>, kept: Id, hdr: &[u8], taken: &Cell<bool>) {
+        let Some((p, n)) = self.am_kept.borrow().get(kept).map(AmKept::data) else { return };
+        // SAFETY: the kept storage does not move and lives until released, which happens only
+        // after the handler returned (by this module) or through the handle the handler took.
+        let data = unsafe { std::slice::from_raw_parts(p, n) };
+        (entry.cb)(AmIn { id, reply, hdr, data, kept: Some(kept), taken });
+    }
+
+    /// Releases a kept message (`ucp_am_data_release`); a reassembly buffer goes back to the
+    /// engine's family for reuse.
+    pub fn am_release_into_engine(&self, kept: Id) {
+        let k = self.am_kept.borrow_mut().remove(kept);
+        if let Some(AmKept { store: KeptStore::Heap(v), .. }) = k {
+            self.engine.borrow_mut().am.recycle(v);
+        }
+    }
+}

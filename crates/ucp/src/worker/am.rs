@@ -1,0 +1,306 @@
+//! Active messages (`ucp_am_*`): handlers by 16-bit id, sends with a user header, and data a
+//! handler keeps beyond its call.
+//!
+//! | UCX | here |
+//! |---|---|
+//! | `ucp_worker_set_am_recv_handler` | [`Worker::set_am_recv_handler`] (`None` removes) |
+//! | `ucp_am_recv_callback_t` | `Fn(&mut AmMsg<'_>)`: header, data, [`AmMsg::reply_ep`], [`AmMsg::data_persistent`] |
+//! | returning `UCS_INPROGRESS` | [`AmMsg::take_data`]: an [`AmData`] that holds the data |
+//! | `ucp_am_data_release` | dropping the [`AmData`] (or [`Worker::am_data_release`]) |
+//! | `ucp_am_send_nbx` | [`Endpoint::am_send_nbx`] (raw), [`Endpoint::am_send`] (owned buffers, a future) |
+//! | `ucp_worker_query`'s `max_am_header` | [`Worker::am_max_header`] |
+
+use std::ops::Deref;
+use std::sync::Weak;
+
+use bitflags::bitflags;
+use ucs::idtable::Id;
+use ucs::{Status, UcsResult};
+
+use super::data::SendData;
+use super::future::{FutState, RecvFuture, SendFuture};
+use super::{Endpoint, Request, Shared, Worker};
+use crate::core::am::{AmEntry, AmIn};
+use crate::dt::UserBuf;
+use crate::request::{RecvInfo, RequestParam};
+
+bitflags! {
+    /// How a handler takes its messages (`ucp_am_cb_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct AmHandlerFlags: u32 {
+        /// The whole message in one call (`UCP_AM_FLAG_WHOLE_MSG`). Messages are always
+        /// delivered whole, with or without this flag, as in UCX.
+        const WHOLE_MSG = 1 << 0;
+        /// The data of every message can be kept ([`AmMsg::take_data`] never returns `None`;
+        /// `UCP_AM_FLAG_PERSISTENT_DATA`): a message that arrived inline in the transport's
+        /// buffer is copied before the handler runs.
+        const PERSISTENT_DATA = 1 << 1;
+    }
+}
+
+bitflags! {
+    /// How an active message goes (`ucp_send_am_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct AmSendFlags: u32 {
+        /// The receiver's handler gets an endpoint to reply on (`UCP_AM_SEND_FLAG_REPLY`).
+        const REPLY = 1 << 0;
+        /// Eager protocols only (`UCP_AM_SEND_FLAG_EAGER`).
+        const EAGER = 1 << 1;
+        /// Rendezvous only (`UCP_AM_SEND_FLAG_RNDV`): not available yet (`Unsupported`).
+        const RNDV = 1 << 2;
+        /// The header is copied, so it need only be valid during the call
+        /// (`UCP_AM_SEND_FLAG_COPY_HEADER`).
+        const COPY_HEADER = 1 << 3;
+    }
+}
+
+/// An arrived active message, as its handler sees it.
+pub struct AmMsg<'a> {
+    inner: AmIn<'a>,
+    reply: Option<Endpoint>,
+    worker: &'a Weak<Shared>,
+}
+
+impl<'a> AmMsg<'a> {
+    /// The id it was sent with.
+    pub fn id(&self) -> u16 {
+        self.inner.id
+    }
+
+    /// The user header (valid during the call).
+    pub fn header(&self) -> &[u8] {
+        self.inner.hdr
+    }
+
+    /// The data (valid during the call; see [`AmMsg::take_data`]).
+    pub fn data(&self) -> &[u8] {
+        self.inner.data
+    }
+
+    /// The data's length.
+    pub fn length(&self) -> usize {
+        self.inner.data.len()
+    }
+
+    /// The endpoint to reply on, when the sender asked for one ([`AmSendFlags::REPLY`];
+    /// `UCP_AM_RECV_ATTR_FIELD_REPLY_EP`).
+    pub fn reply_ep(&self) -> Option<&Endpoint> {
+        self.reply.as_ref()
+    }
+
+    /// Whether the data can be kept beyond the call (`UCP_AM_RECV_ATTR_FLAG_DATA`): it came in
+    /// a transport descriptor or several fragments, or the handler was registered with
+    /// [`AmHandlerFlags::PERSISTENT_DATA`].
+    pub fn data_persistent(&self) -> bool {
+        self.inner.kept.is_some()
+    }
+
+    /// Keeps the data beyond the call (a handler returning `UCS_INPROGRESS` in UCX): the
+    /// returned handle holds it until dropped. `None` when the data is not persistent
+    /// ([`AmMsg::data_persistent`]) or was taken already.
+    pub fn take_data(&mut self) -> Option<AmData> {
+        let kept = self.inner.kept?;
+        if self.inner.taken.get() {
+            return None;
+        }
+        let worker = Worker { shared: self.worker.upgrade()? };
+        self.inner.taken.set(true);
+        let (ptr, len) = (self.inner.data.as_ptr(), self.inner.data.len());
+        Some(AmData { worker, kept, ptr, len })
+    }
+}
+
+impl std::fmt::Debug for AmMsg<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmMsg")
+            .field("id", &self.inner.id)
+            .field("header", &self.inner.hdr.len())
+            .field("length", &self.inner.data.len())
+            .field("reply_ep", &self.reply)
+            .field("persistent", &self.inner.kept.is_some())
+            .finish()
+    }
+}
+
+/// An active message's data kept beyond its handler (`ucp_am_data_release` when dropped).
+/// Derefs to the bytes, which stay where they are until the handle drops.
+pub struct AmData {
+    worker: Worker,
+    kept: Id,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are only read through `&self` (nobody writes them while the handle
+// lives), and the storage is released by `drop` inside the worker (entering it from any
+// thread as the worker's thread mode allows).
+unsafe impl Send for AmData {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for AmData {}
+
+impl Deref for AmData {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the kept message's storage does not move and lives until this handle
+        // releases it in `drop` (`core::am`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::fmt::Debug for AmData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmData").field("len", &self.len).finish()
+    }
+}
+
+impl Drop for AmData {
+    fn drop(&mut self) {
+        // Outside the worker (a single-threaded worker's data dropped on another thread) the
+        // message is leaked rather than released unsynchronized.
+        if let Ok(e) = self.worker.enter() {
+            e.core.am_release_into_engine(self.kept);
+        } else {
+            tracing::error!("AmData dropped outside its worker's thread; the message is leaked");
+        }
+    }
+}
+
+impl Worker {
+    /// Sets the handler of active-message id `id` (`ucp_worker_set_am_recv_handler`); `None`
+    /// removes it. A message goes to the handler set when it arrived whole; one that arrives
+    /// with no handler set is dropped (logged). The handler may send, reply, and set or
+    /// remove handlers (its own included) from inside the call.
+    pub fn set_am_recv_handler<F>(&self, id: u16, handler: Option<F>, flags: AmHandlerFlags) -> UcsResult<()>
+    where
+        F: Fn(&mut AmMsg<'_>) + Send + 'static,
+    {
+        let e = self.enter()?;
+        let entry = handler.map(|f| {
+            let weak = std::sync::Arc::downgrade(&self.shared);
+            let cb = move |inner: AmIn<'_>| {
+                let reply = match inner.reply {
+                    Some(id) => match weak.upgrade() {
+                        Some(shared) => Some(Endpoint { worker: Worker { shared }, id }),
+                        None => return,
+                    },
+                    None => None,
+                };
+                let mut msg = AmMsg { inner, reply, worker: &weak };
+                f(&mut msg);
+            };
+            AmEntry { cb: std::rc::Rc::new(cb), persistent: flags.contains(AmHandlerFlags::PERSISTENT_DATA) }
+        });
+        e.core.set_am_handler(id, entry);
+        Ok(())
+    }
+
+    /// Releases kept active-message data (`ucp_am_data_release`); the same as dropping it.
+    pub fn am_data_release(&self, data: AmData) {
+        drop(data);
+    }
+
+    /// The largest user header an active message may carry (`max_am_header` of
+    /// `ucp_worker_query`).
+    pub fn am_max_header(&self) -> usize {
+        self.enter().map_or(0, |e| e.core.am_max_header())
+    }
+}
+
+impl Endpoint {
+    /// Sends an active message (`ucp_am_send_nbx`): `header` (up to
+    /// [`Worker::am_max_header`] bytes) and `data` to the handler of `id` on the peer.
+    /// `Ok(None)`: completed at once.
+    ///
+    /// # Safety
+    /// The data (every iov entry, and an iov list itself) must stay valid and unmodified until
+    /// the request completes; so must the header, unless `flags` has
+    /// [`AmSendFlags::COPY_HEADER`].
+    pub unsafe fn am_send_nbx(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: SendData<'_>,
+        flags: AmSendFlags,
+        param: RequestParam,
+    ) -> UcsResult<Option<Request<'_>>> {
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { self.am_send_raw(id, header, data, flags, param)? };
+        Ok(r.map(|rid| Request { worker: &self.worker, id: rid }))
+    }
+
+    /// # Safety
+    /// As [`Endpoint::am_send_nbx`].
+    unsafe fn am_send_raw(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: SendData<'_>,
+        flags: AmSendFlags,
+        mut param: RequestParam,
+    ) -> UcsResult<Option<Id>> {
+        if flags.contains(AmSendFlags::RNDV) {
+            tracing::error!("am_send_nbx: rendezvous active messages are not implemented yet");
+            return Err(Status::Unsupported);
+        }
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
+        let hdr = if flags.contains(AmSendFlags::COPY_HEADER) && !header.is_empty() {
+            // The copy lives in the request's callback (dropped when it completes, or at once
+            // when the send completes at once).
+            let copy: Box<[u8]> = header.into();
+            // SAFETY: the box's bytes do not move and live until the callback is dropped,
+            // which the request does only once the send completed.
+            let hdr = unsafe { UserBuf::contig(copy.as_ptr() as *mut u8, copy.len()) };
+            let user = param.callback.take();
+            param.callback = Some(Box::new(move |st, info| {
+                drop(copy);
+                if let Some(cb) = user {
+                    cb(st, info);
+                }
+            }));
+            hdr
+        } else {
+            // SAFETY: the caller's promise: valid until the send completes.
+            unsafe { UserBuf::contig(header.as_ptr() as *mut u8, header.len()) }
+        };
+        e.core.am_send(self.id, id, hdr, buf, flags.contains(AmSendFlags::REPLY), param)
+    }
+
+    /// Sends an active message with owned header and data; resolves to the data and the
+    /// outcome. Dropping the future does not stop the send.
+    pub fn am_send<B: AsRef<[u8]> + Send + 'static>(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: B,
+        flags: AmSendFlags,
+    ) -> SendFuture<B> {
+        let boxed = Box::new(data);
+        let s = boxed.as_ref().as_ref();
+        let len = s.len();
+        let flags = flags | AmSendFlags::COPY_HEADER;
+        // SAFETY: the data is boxed and handed to the worker below; it is returned or freed
+        // only after the request completed; the header is copied (COPY_HEADER).
+        let r = unsafe { self.am_send_raw(id, header, SendData::Contig(s), flags, RequestParam::new()) };
+        let state = match r {
+            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: len, sender_tag: 0 })),
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(Some(rid)) => {
+                self.worker.give(rid, boxed);
+                FutState::Pending(rid)
+            }
+        };
+        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+    }
+
+    /// Sends an active message and progresses the worker until the send completed.
+    pub fn am_send_blocking(&self, id: u16, header: &[u8], data: &[u8], flags: AmSendFlags) -> UcsResult<()> {
+        // SAFETY: header and data stay borrowed until the request completed (the wait below).
+        match unsafe { self.am_send_nbx(id, header, SendData::Contig(data), flags, RequestParam::new())? } {
+            None => Ok(()),
+            Some(r) => r.wait().map(|_| ()),
+        }
+    }
+}
