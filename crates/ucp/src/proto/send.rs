@@ -91,7 +91,7 @@ fn new_send_req<L: Clone>(
         proto,
         phase,
         zc: None,
-        hint_raw: param.hint().map_or(0, Id::raw),
+        hint_id: param.hint(),
     };
     let mut st = ReqState::new(ReqKind::Send(req), param.callback, param.callback_fn, param.detached);
     st.info = RecvInfo { length: len, sender_tag: msg.tag() };
