@@ -1,5 +1,5 @@
-//! The UCP tag tests (`tag_lat`, `tag_bw`, `tag_sync_lat`, `tag_sync_bw`) with the algorithms
-//! of `ucx_perftest`:
+//! The UCP tag and active-message tests (`tag_lat`, `tag_bw`, `tag_sync_lat`, `tag_sync_bw`,
+//! `ucp_am_lat`, `ucp_am_bw`) with the algorithms of `ucx_perftest`:
 //!
 //! * ping-pong: side 0 sends then receives, side 1 receives then sends, one message each way
 //!   per iteration; latency is half the round trip.
@@ -9,13 +9,20 @@
 //!   posting the receive (the unexpected path); `-D contig|iov` (the `-s` list gives the iov
 //!   entries); `-M` the worker's thread mode; `-z` passes registered memory handles.
 //!
+//! Active messages (`ucp_am_*`): the sender sends with a `-H`-byte user header (default 0) to
+//! id 1; the receiver's handler counts arrivals, and a "receive" waits for the next one (as
+//! the reference's handler and `recv_started` do).
+//!
 //! Loopback (`-l`): one worker with an endpoint to itself.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use std::cell::Cell;
 
 use ucp::{
-    Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData, RequestParam, SendData, Status, Worker,
-    WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData,
+    RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
@@ -33,16 +40,18 @@ pub struct UcpTestSpec<'a> {
 }
 
 impl UcpTestSpec<'_> {
-    /// Refuses what is not implemented yet: UCP tests other than the tag, RMA and atomic
-    /// tests, and multi-threaded runs.
+    /// Refuses what is not implemented yet: the stream tests, and multi-threaded runs.
     pub fn check(&self) -> Result<(), String> {
         let p = self.params;
         let rma = matches!(
             p.test.command(),
             Command::Put | Command::Get | Command::Add | Command::Fadd | Command::Swap | Command::Cswap
         );
-        if !matches!(p.test.command(), Command::Tag | Command::TagSync) && !rma {
-            return Err(format!("UCP test {} is not implemented yet (tag, RMA and atomic tests are)", p.test.name()));
+        if !matches!(p.test.command(), Command::Tag | Command::TagSync | Command::Am) && !rma {
+            return Err(format!(
+                "UCP test {} is not implemented yet (tag, active-message, RMA and atomic tests are)",
+                p.test.name()
+            ));
         }
         if p.threads > 1 {
             return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
@@ -68,6 +77,8 @@ impl UcpTestSpec<'_> {
 }
 
 const TAG: u64 = 0x1337_a880_0000_0000;
+/// The active-message id of the AM tests (the reference's).
+const AM_ID: u16 = 1;
 
 struct Setup {
     worker: Worker,
@@ -79,11 +90,19 @@ struct Setup {
     recv_iov: Vec<IoVec>,
     send_memh: Option<MemHandle>,
     recv_memh: Option<MemHandle>,
+    /// Active messages that arrived (counted by the handler of the AM tests).
+    am_arrived: Arc<AtomicUsize>,
+    /// The user header of the AM tests (`-H` bytes).
+    am_hdr: Vec<u8>,
 }
 
 impl Setup {
     fn new(spec: &UcpTestSpec<'_>, oob: &mut dyn Exchange) -> Result<Setup, String> {
-        let features = if spec.sleep() { Features::TAG | Features::WAKEUP } else { Features::TAG };
+        let am = spec.params.test.command() == Command::Am;
+        let mut features = if am { Features::AM } else { Features::TAG };
+        if spec.sleep() {
+            features |= Features::WAKEUP;
+        }
         let ctx =
             Context::new(&ContextParams::new(features)).map_err(|e| format!("cannot create a UCP context: {e}"))?;
         let worker = Worker::new(&ctx, &WorkerParams::new("ucx-perf").thread_mode(spec.params.thread_mode))
@@ -118,7 +137,24 @@ impl Setup {
         } else {
             (None, None)
         };
-        Ok(Setup { worker, ep, send, recv, len, send_iov, recv_iov, send_memh, recv_memh })
+        let am_arrived = Arc::new(AtomicUsize::new(0));
+        let am_hdr = vec![0u8; if am { spec.params.ucp_am_hdr_size } else { 0 }];
+        if am {
+            if am_hdr.len() > worker.am_max_header() {
+                return Err(format!(
+                    "AM header size ({}) is larger than the largest one ({})",
+                    am_hdr.len(),
+                    worker.am_max_header()
+                ));
+            }
+            let n = am_arrived.clone();
+            // Single-threaded: a plain increment (no locked instruction), as the reference's.
+            let handler = move |_m: &mut AmMsg<'_>| n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            worker
+                .set_am_recv_handler(AM_ID, Some(handler), AmHandlerFlags::WHOLE_MSG)
+                .map_err(|e| format!("cannot set the AM handler: {e}"))?;
+        }
+        Ok(Setup { worker, ep, send, recv, len, send_iov, recv_iov, send_memh, recv_memh, am_arrived, am_hdr })
     }
 }
 
@@ -156,6 +192,7 @@ pub(crate) fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) 
 #[derive(Clone, Copy)]
 struct Hot {
     sync: bool,
+    am: bool,
     send_iov: bool,
     recv_iov: bool,
     sleep: bool,
@@ -171,6 +208,7 @@ impl Hot {
         let p = spec.params;
         Hot {
             sync: p.test.command() == Command::TagSync,
+            am: p.test.command() == Command::Am,
             send_iov: spec.send_iov(),
             recv_iov: spec.recv_iov(),
             sleep: spec.sleep(),
@@ -191,6 +229,8 @@ struct Engine<'a> {
     mask: u64,
     /// The first failure of a wait on the worker's events (`-E sleep`).
     wait_error: Cell<Option<Status>>,
+    /// Active messages received so far (waited for) in the AM tests.
+    am_expected: usize,
 }
 
 impl<'a> Engine<'a> {
@@ -264,10 +304,12 @@ impl<'a> Engine<'a> {
             SendData::Contig(unsafe { std::slice::from_raw_parts(self.s.send.as_ptr(), self.s.len) })
         };
         let param = self.param(self.s.send_memh, &self.sends);
-        // SAFETY: the send buffer lives in `Setup`, beyond every request (all are waited for
-        // before `Setup` goes).
+        // SAFETY: the send buffer and the header live in `Setup`, beyond every request (all
+        // are waited for before `Setup` goes).
         let done = unsafe {
-            if self.h.sync {
+            if self.h.am {
+                self.s.ep.am_send_nbx_detached(AM_ID, &self.s.am_hdr, data, AmSendFlags::empty(), param)
+            } else if self.h.sync {
                 self.s.ep.tag_send_sync_nbx_detached(data, TAG, param)
             } else {
                 self.s.ep.tag_send_nbx_detached(data, TAG, param)
@@ -280,9 +322,30 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Active messages that arrived and were not yet waited for.
+    #[inline]
+    fn am_pending(&self) -> usize {
+        self.am_expected.wrapping_sub(self.s.am_arrived.load(Ordering::Relaxed))
+    }
+
+    /// An active-message "receive": waits until fewer than `limit` expected messages are yet
+    /// to arrive (`recv_started` and the handler's `recv_completed` in the reference).
+    #[inline]
+    fn am_wait(&self, limit: usize) -> Result<(), String> {
+        while (self.am_pending() as isize) >= limit as isize {
+            self.progress();
+        }
+        self.check()
+    }
+
     #[inline]
     fn recv(&mut self) -> Result<(), String> {
         let max = self.h.max;
+        if self.h.am {
+            self.am_wait(max)?;
+            self.am_expected += 1;
+            return Ok(());
+        }
         self.wait_below(&self.recvs, max)?;
         if self.h.force_unexpected {
             while self.s.worker.tag_probe(TAG, self.mask, false).is_none() {
@@ -311,7 +374,19 @@ impl<'a> Engine<'a> {
     fn drain(&mut self) -> Result<(), String> {
         self.wait_below(&self.sends, 1)?;
         self.wait_below(&self.recvs, 1)?;
+        if self.h.am {
+            self.am_wait(1)?;
+        }
         self.check()
+    }
+
+    /// Waits for the receive of this iteration (ping-pong).
+    #[inline]
+    fn recv_wait(&self) -> Result<(), String> {
+        if self.h.am {
+            return self.am_wait(1);
+        }
+        self.wait_below(&self.recvs, 1)
     }
 
     fn pingpong(&mut self, meter: &mut Meter, rep: &mut dyn FnMut(&Measured)) -> Result<(), String> {
@@ -320,7 +395,7 @@ impl<'a> Engine<'a> {
             while !meter.done() {
                 self.send()?;
                 self.recv()?;
-                self.wait_below(&self.recvs, 1)?;
+                self.recv_wait()?;
                 if meter.update(1, len) {
                     rep(&meter.measure(true));
                 }
@@ -328,7 +403,7 @@ impl<'a> Engine<'a> {
         } else {
             while !meter.done() {
                 self.recv()?;
-                self.wait_below(&self.recvs, 1)?;
+                self.recv_wait()?;
                 self.send()?;
                 if meter.update(1, len) {
                     rep(&meter.measure(true));
@@ -374,7 +449,7 @@ pub fn run(
     oob: &mut dyn Exchange,
     report: &mut dyn FnMut(&Measured, bool),
 ) -> Result<(), String> {
-    if !matches!(spec.params.test.command(), Command::Tag | Command::TagSync) {
+    if !matches!(spec.params.test.command(), Command::Tag | Command::TagSync | Command::Am) {
         return crate::ucp_rma_tests::run(spec, oob, report);
     }
     let s = Setup::new(spec, oob)?;
@@ -393,6 +468,7 @@ pub fn run(
             recvs: Box::default(),
             mask,
             wait_error: Cell::new(None),
+            am_expected: s.am_arrived.load(Ordering::Relaxed),
         };
         let mut meter = Meter::new(iters, spec.params.percentile, spec.pingpong());
         meter.start();

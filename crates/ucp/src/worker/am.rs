@@ -207,6 +207,13 @@ impl Worker {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn rndv_unsupported<T>() -> UcsResult<T> {
+    tracing::error!("am_send_nbx: rendezvous active messages are not implemented yet");
+    Err(Status::Unsupported)
+}
+
 impl Endpoint {
     /// Sends an active message (`ucp_am_send_nbx`): `header` (up to
     /// [`Worker::am_max_header`] bytes) and `data` to the handler of `id` on the peer.
@@ -229,8 +236,30 @@ impl Endpoint {
         Ok(r.map(|rid| Request { worker: &self.worker, id: rid }))
     }
 
+    /// [`am_send_nbx`](Self::am_send_nbx) without a request handle, for a caller that learns
+    /// of the completion from the parameters' callback alone (as
+    /// [`Endpoint::tag_send_nbx_detached`]). `Ok(true)`: completed at once, and no callback
+    /// runs; `Ok(false)`: the callback reports the completion.
+    ///
     /// # Safety
     /// As [`Endpoint::am_send_nbx`].
+    #[inline]
+    pub unsafe fn am_send_nbx_detached(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: SendData<'_>,
+        flags: AmSendFlags,
+        param: RequestParam,
+    ) -> UcsResult<bool> {
+        let param = super::data::detach(param, "am_send_nbx_detached")?;
+        // SAFETY: forwarded from the caller.
+        Ok(unsafe { self.am_send_raw(id, header, data, flags, param)? }.is_none())
+    }
+
+    /// # Safety
+    /// As [`Endpoint::am_send_nbx`].
+    #[inline(always)]
     unsafe fn am_send_raw(
         &self,
         id: u16,
@@ -240,34 +269,41 @@ impl Endpoint {
         mut param: RequestParam,
     ) -> UcsResult<Option<Id>> {
         if flags.contains(AmSendFlags::RNDV) {
-            tracing::error!("am_send_nbx: rendezvous active messages are not implemented yet");
-            return Err(Status::Unsupported);
+            return rndv_unsupported();
         }
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
         let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
         let hdr = if flags.contains(AmSendFlags::COPY_HEADER) && !header.is_empty() {
-            // The copy lives in the request's callback (dropped when it completes, or at once
-            // when the send completes at once).
-            let copy: Box<[u8]> = header.into();
-            // SAFETY: the box's bytes do not move and live until the callback is dropped,
-            // which the request does only once the send completed.
-            let hdr = unsafe { UserBuf::contig(copy.as_ptr() as *mut u8, copy.len()) };
-            let user = param.callback.take();
-            param.callback = Some(Box::new(move |st, info| {
-                drop(copy);
-                if let Some(cb) = user {
-                    cb(st, info);
-                }
-            }));
-            hdr
+            copy_header(header, &mut param)
         } else {
             // SAFETY: the caller's promise: valid until the send completes.
             unsafe { UserBuf::contig(header.as_ptr() as *mut u8, header.len()) }
         };
         e.core.am_send(self.id, id, hdr, buf, flags.contains(AmSendFlags::REPLY), param)
     }
+}
 
+/// A copy of an active message's header that lives until the send completes: in the
+/// request's callback (dropped when it completes, or at once when the send completes at once).
+#[cold]
+#[inline(never)]
+fn copy_header(header: &[u8], param: &mut RequestParam) -> UserBuf {
+    let copy: Box<[u8]> = header.into();
+    // SAFETY: the box's bytes do not move and live until the callback is dropped,
+    // which the request does only once the send completed.
+    let hdr = unsafe { UserBuf::contig(copy.as_ptr() as *mut u8, copy.len()) };
+    let user = param.callback.take();
+    param.callback = Some(Box::new(move |st, info| {
+        drop(copy);
+        if let Some(cb) = user {
+            cb(st, info);
+        }
+    }));
+    hdr
+}
+
+impl Endpoint {
     /// Sends an active message with owned header and data; resolves to the data and the
     /// outcome. Dropping the future does not stop the send.
     pub fn am_send<B: AsRef<[u8]> + Send + 'static>(
