@@ -8,6 +8,7 @@
 //! | `dying ADDR die\|ok` | sends 18 bytes with tag 1; `ok`: closes and exits; `die`: starts a 256 KiB rendezvous with tag 2, says `rts`, and on `die` exits without serving it |
 //! | `wakeup ADDR ROUNDS` | says `addr A`, echoes `ROUNDS` messages (tag 1 in, tag 2 out) sleeping in `Worker::wait`, says `sleeps N` |
 //! | `rma ADDR` | remote memory access and atomics on command, on the test's memory and its own (see [`rma`]) |
+//! | `am ADDR` | says `addr A`; echoes active messages (id 1 back as id 2 on the reply endpoint), and sends on command (see [`am`]) |
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
 
@@ -19,8 +20,8 @@ use tests::tag::{start_send, DYING_BIG as BIG, DYING_BIG_LEN as BIG_LEN, DYING_S
 use tests::text::{hex, pattern, unhex};
 use tests::wakeup::{recv_sleeping, send_sleeping, PING, PONG, TIMEOUT};
 use ucp::{
-    AtomicOp, Context, ContextParams, Endpoint, Features, Operand, RecvData, RecvResult, RemoteKey, Request,
-    RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, AtomicOp, Context, ContextParams, Endpoint, Features, Operand, RecvData,
+    RecvResult, RemoteKey, Request, RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
 };
 
 fn worker(features: Features, name: &str) -> Worker {
@@ -42,6 +43,7 @@ fn main() {
         "dying" => dying(&addr, rest.first().map(String::as_str) == Some("die")),
         "wakeup" => wakeup(&addr, rest.first().and_then(|r| r.parse().ok()).expect("ROUNDS")),
         "rma" => rma(&addr),
+        "am" => am(&addr),
         other => panic!("unknown mode {other}"),
     }
 }
@@ -355,5 +357,81 @@ fn rma(addr: &[u8]) {
     for (h, keep) in regions {
         let _ = w.mem_unmap(h);
         drop(keep);
+    }
+}
+
+/// The active-message peer. Its handler of id 1 answers every message on the reply endpoint
+/// with id 2: the header reversed, the data echoed (both copied: the data is lent for the call
+/// only). Commands, each answered with one line:
+///
+/// | command | answer |
+/// |---|---|
+/// | `send ID COUNT LEN HLEN SEED` | starts COUNT sends to id ID: message `i` has header `[i as u32 LE] + pattern(HLEN - 4, SEED)` and data `pattern(LEN + i % 7 * 1000, SEED + i)`: `started` |
+/// | `pending` | how many sends are not complete |
+/// | `echoed` | how many messages the handler answered |
+///
+/// `quit` or the end of input: waits for the sends to complete, then exits.
+fn am(addr: &[u8]) {
+    let w = worker(Features::AM, "am-peer");
+    let rx = commands();
+    say(&format!("addr {}", hex(w.address())));
+    let echoed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let e2 = echoed.clone();
+    w.set_am_recv_handler(
+        1,
+        Some(move |m: &mut AmMsg<'_>| {
+            let Some(ep) = m.reply_ep() else {
+                eprintln!("am-peer: a message without a reply endpoint");
+                return;
+            };
+            let mut h = m.header().to_vec();
+            h.reverse();
+            // The send goes on after its future is dropped.
+            drop(ep.am_send(2, &h, m.data().to_vec(), AmSendFlags::empty()));
+            e2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }),
+        AmHandlerFlags::WHOLE_MSG,
+    )
+    .expect("handler");
+    let ep = w.ep_create(addr).expect("endpoint to the test");
+    type Send<'a> = (Vec<u8>, Vec<u8>, Option<Request<'a>>);
+    let mut sends: Vec<Send<'_>> = Vec::new();
+    while let Some(line) = next_command(&w, &rx) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 { f.get(i).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("'{line}'")) };
+        match f.first().copied() {
+            Some("send") => {
+                let (id, count, len, hlen, seed) = (num(1) as u16, num(2), num(3) as usize, num(4) as usize, num(5));
+                for i in 0..count {
+                    let mut hdr = (i as u32).to_le_bytes().to_vec();
+                    hdr.extend_from_slice(&pattern(hlen.saturating_sub(4), seed));
+                    let data = pattern(len + (i % 7) as usize * 1000, seed + i);
+                    // SAFETY: header and data live in `sends` until the request completed (or
+                    // the process ends after waiting for it).
+                    let r = unsafe {
+                        ep.am_send_nbx(id, &hdr, SendData::Contig(&data), AmSendFlags::empty(), RequestParam::new())
+                    }
+                    .expect("am_send_nbx");
+                    sends.push((hdr, data, r));
+                }
+                say("started");
+            }
+            Some("pending") => {
+                sends.retain(|(_, _, r)| {
+                    r.as_ref().is_some_and(|r| {
+                        let s = r.status();
+                        assert!(s == Status::InProgress || s == Status::Ok, "send failed: {s}");
+                        s == Status::InProgress
+                    })
+                });
+                say(&sends.len().to_string());
+            }
+            Some("echoed") => say(&echoed.load(std::sync::atomic::Ordering::Relaxed).to_string()),
+            _ => break,
+        }
+    }
+    let t = Instant::now();
+    while sends.iter().any(|(_, _, r)| r.as_ref().is_some_and(|r| !r.is_completed())) && t.elapsed() < TIMEOUT {
+        w.progress();
     }
 }
