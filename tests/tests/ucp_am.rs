@@ -71,7 +71,10 @@ fn wait_until(w: &Worker, what: &str, mut done: impl FnMut() -> bool) {
 /// What our handlers saw: id, header, data, and the data itself when kept.
 type Log = Arc<Mutex<Vec<(u16, Vec<u8>, Vec<u8>)>>>;
 
-fn record(w: &Worker, id: u16, keep: Option<Arc<Mutex<Vec<(usize, AmData)>>>>) -> Log {
+/// Data a handler kept, with the index of its message.
+type Kept = Arc<Mutex<Vec<(usize, AmData)>>>;
+
+fn record(w: &Worker, id: u16, keep: Option<Kept>) -> Log {
     let log: Log = Arc::default();
     let l = log.clone();
     let flags = if keep.is_some() { AmHandlerFlags::PERSISTENT_DATA } else { AmHandlerFlags::empty() };
