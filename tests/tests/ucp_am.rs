@@ -4,188 +4,19 @@
 //! headers from empty to the limit), floods from three peers at once delivered in order per
 //! sender, and data kept beyond the handler while more arrives.
 
-use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+#[path = "common/am_scenarios.rs"]
+mod scenarios;
 
-use tests::peer::Peer;
-use tests::text::{hex, pattern, unhex};
-use ucp::{
-    AmData, AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, RequestParam, SendData,
-    Status, Worker, WorkerParams,
-};
+use scenarios::across;
 
-/// Busy-polling tests of this file run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The configurations: as they come, and without eager short.
-const CONFIGS: [(&str, &[(&str, &str)]); 2] = [("defaults", &[]), ("no short", &[("BCOPY_THRESH", "0")])];
-
-fn worker(tls: &str, cfg: &[(&str, &str)]) -> Worker {
-    uct_shm::register();
-    let mut p = ContextParams::new(Features::AM).with_config("TLS", tls);
-    for (k, v) in cfg {
-        p = p.with_config(k, v);
-    }
-    Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new("am-test")).unwrap()
-}
-
-/// A peer process and our endpoint to it.
-struct AmPeer {
-    peer: Peer,
-    ep: Endpoint,
-}
-
-impl AmPeer {
-    fn spawn(w: &Worker, tls: &str, cfg: &[(&str, &str)]) -> AmPeer {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-        cmd.args(["am", &hex(w.address())]).env("UCX_TLS", tls);
-        for (k, v) in cfg {
-            cmd.env(format!("UCX_{k}"), v);
-        }
-        let mut peer = Peer::start(cmd, &format!("ucp-peer am over {tls}"));
-        let a = peer.expect("addr", TIMEOUT, || {
-            w.progress();
-        });
-        let ep = w.ep_create(&unhex(&a).expect("an address in hex")).unwrap();
-        AmPeer { peer, ep }
-    }
-
-    fn ask(&mut self, w: &Worker, line: &str) -> String {
-        self.peer.ask(line, TIMEOUT, || {
-            w.progress();
-        })
-    }
-}
-
-fn wait_until(w: &Worker, what: &str, mut done: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !done() {
-        w.progress();
-        assert!(t.elapsed() < TIMEOUT, "timed out waiting for {what}");
-    }
-}
-
-/// What our handlers saw: id, header, data, and the data itself when kept.
-type Log = Arc<Mutex<Vec<(u16, Vec<u8>, Vec<u8>)>>>;
-
-/// Data a handler kept, with the index of its message.
-type Kept = Arc<Mutex<Vec<(usize, AmData)>>>;
-
-fn record(w: &Worker, id: u16, keep: Option<Kept>) -> Log {
-    let log: Log = Arc::default();
-    let l = log.clone();
-    let flags = if keep.is_some() { AmHandlerFlags::PERSISTENT_DATA } else { AmHandlerFlags::empty() };
-    w.set_am_recv_handler(
-        id,
-        Some(move |m: &mut AmMsg<'_>| {
-            let mut l = l.lock().unwrap();
-            let n = l.len();
-            l.push((m.id(), m.header().to_vec(), m.data().to_vec()));
-            if let Some(k) = &keep {
-                // Every seventh message's data is kept and checked at the end.
-                if n % 7 == 0 {
-                    k.lock().unwrap().push((n, m.take_data().expect("persistent data")));
-                }
-            }
-        }),
-        flags,
-    )
-    .unwrap();
-    log
-}
-
-/// Requests of every size class with headers up to the limit, answered by the peer's handler
-/// on the reply endpoint: the answers arrive in order, byte for byte.
-fn requests_and_replies(w: &Worker, p: &mut AmPeer, what: &str) {
-    let replies = record(w, 2, None);
-    let max = w.am_max_header();
-    let mut sent = Vec::new();
-    for (i, n) in [0usize, 1, 7, 100, 2000, 8000, 8200, 20_000, 100_000, 400_000].into_iter().enumerate() {
-        for hlen in [0, 1, 33, max] {
-            let hdr = pattern(hlen, i as u64);
-            let data = pattern(n, 1000 + i as u64);
-            // SAFETY: header and data outlive the request (waited for below).
-            let r =
-                unsafe { p.ep.am_send_nbx(1, &hdr, SendData::Contig(&data), AmSendFlags::REPLY, RequestParam::new()) };
-            if let Some(r) = r.unwrap() {
-                wait_until(w, "a send", || r.is_completed());
-                assert_eq!(r.status(), Status::Ok, "{what}: {n} bytes, {hlen}-byte header");
-            }
-            sent.push((hdr, data));
-        }
-    }
-    wait_until(w, "the replies", || replies.lock().unwrap().len() >= sent.len());
-    let got = replies.lock().unwrap();
-    assert_eq!(got.len(), sent.len(), "{what}");
-    for (k, ((id, h, d), (hdr, data))) in got.iter().zip(&sent).enumerate() {
-        let mut rev = hdr.clone();
-        rev.reverse();
-        assert_eq!(*id, 2);
-        assert!(*h == rev, "{what}: reply {k}'s header");
-        assert!(d == data, "{what}: reply {k}'s data ({} bytes)", data.len());
-    }
-    assert_eq!(p.ask(w, "echoed"), sent.len().to_string());
-}
-
-/// Three peers flood id 3 at once: every message arrives, in order per sender; kept data stays
-/// right while more arrives.
-fn flood(w: &Worker, peers: &mut [AmPeer], what: &str) {
-    let kept = Arc::new(Mutex::new(Vec::new()));
-    let log = record(w, 3, Some(kept.clone()));
-    let count = 150u64;
-    for (k, p) in peers.iter_mut().enumerate() {
-        // Header: the sequence number, then 8 bytes naming the sender (its seed).
-        assert_eq!(p.ask(w, &format!("send 3 {count} {} 12 {}", 100 + k * 3000, 10_000 * (k + 1))), "started");
-    }
-    let total = count as usize * peers.len();
-    wait_until(w, "the flood", || log.lock().unwrap().len() >= total);
-    let got = log.lock().unwrap().clone();
-    assert_eq!(got.len(), total, "{what}");
-    let mut next = vec![0u64; peers.len()];
-    for (n, (id, h, d)) in got.iter().enumerate() {
-        assert_eq!(*id, 3);
-        let seq = u32::from_le_bytes(h[..4].try_into().unwrap()) as u64;
-        let k = (0..peers.len()).find(|&k| h[4..] == pattern(8, 10_000 * (k as u64 + 1))[..]).expect("a sender");
-        assert_eq!(seq, next[k], "{what}: sender {k} out of order at message {n}");
-        next[k] += 1;
-        let seed = 10_000 * (k as u64 + 1);
-        let len = 100 + k * 3000 + (seq % 7) as usize * 1000;
-        assert!(*d == pattern(len, seed + seq), "{what}: sender {k} message {seq}");
-    }
-    for (n, data) in kept.lock().unwrap().drain(..) {
-        assert!(*data == got[n].2[..], "{what}: kept message {n} changed");
-    }
-    // Every send of every peer completes.
-    for p in peers.iter_mut() {
-        let t = Instant::now();
-        while p.ask(w, "pending") != "0" {
-            assert!(t.elapsed() < TIMEOUT, "{what}: a peer's sends did not complete");
-        }
-    }
-}
-
-fn across(tls: &str) {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, cfg) in CONFIGS {
-        let what = format!("{tls}, {name}");
-        let w = worker(tls, cfg);
-        let mut p = AmPeer::spawn(&w, tls, cfg);
-        requests_and_replies(&w, &mut p, &what);
-        let mut peers = vec![p, AmPeer::spawn(&w, tls, cfg), AmPeer::spawn(&w, tls, cfg)];
-        flood(&w, &mut peers, &what);
-        eprintln!("{what}: {:?}", w.proto_counts());
-    }
-}
+const SIZES: [usize; 10] = [0, 1, 7, 100, 2000, 8000, 8200, 20_000, 100_000, 400_000];
 
 #[test]
 fn across_processes_over_posix_and_cma() {
-    across("posix,cma");
+    across("posix,cma", &SIZES, 150);
 }
 
 #[test]
 fn across_processes_over_sysv() {
-    across("sysv");
+    across("sysv", &SIZES, 150);
 }
