@@ -269,3 +269,77 @@ fn rma_steady_state_allocates_nothing() {
     b.mem_unmap(alloc).unwrap();
     b.mem_unmap(own_h).unwrap();
 }
+
+/// Active messages: after a warm-up, sends of every eager kind (short; bcopy with a header and
+/// a reply endpoint; multi-fragment, reassembled on arrival) and their delivery to a handler
+/// make no heap allocation.
+#[test]
+fn am_steady_state_allocates_nothing() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use ucp::{AmHandlerFlags, AmMsg, AmSendFlags};
+
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    uct_shm::register();
+    let ctx = Context::new(&ContextParams::new(Features::AM).with_config("TLS", "posix")).unwrap();
+    let a = Worker::new(&ctx, &WorkerParams::new("a")).unwrap();
+    let b = Worker::new(&ctx, &WorkerParams::new("b")).unwrap();
+    let ab = a.ep_create(b.address()).unwrap();
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let n = arrived.clone();
+    b.set_am_recv_handler(
+        1,
+        Some(move |m: &mut AmMsg<'_>| {
+            assert!(m.length() > 0);
+            n.fetch_add(1, Ordering::Relaxed);
+        }),
+        AmHandlerFlags::empty(),
+    )
+    .unwrap();
+    let one = |len: usize, hdr: &[u8], flags: AmSendFlags| {
+        let msg = vec![5u8; len];
+        let sent = Cell::new(false);
+        let before = arrived.load(Ordering::Relaxed);
+        let p = RequestParam::new().callback_fn(done, &sent as *const Cell<bool> as usize);
+        // SAFETY: `msg` and `hdr` outlive the send: waited for below.
+        if unsafe { ab.am_send_nbx_detached(1, hdr, SendData::Contig(&msg), flags, p) }.unwrap() {
+            sent.set(true);
+        }
+        let mut spins = 0u64;
+        while !sent.get() || arrived.load(Ordering::Relaxed) == before {
+            a.progress();
+            b.progress();
+            spins += 1;
+            assert!(spins < 100_000_000, "the active message did not arrive");
+        }
+    };
+    let kinds: [(usize, &[u8], AmSendFlags, &str); 3] = [
+        (8, b"", AmSendFlags::empty(), "8-byte eager short"),
+        (8, &[7u8; 16], AmSendFlags::REPLY, "8 bytes with a 16-byte header and a reply endpoint"),
+        (20_000, b"", AmSendFlags::empty(), "20,000 bytes in fragments"),
+    ];
+    for (len, hdr, flags, what) in kinds {
+        // The buffer of the message is allocated outside the counted part.
+        for _ in 0..200 {
+            one(len, hdr, flags);
+        }
+        let msgs = 1000;
+        let mut bufs: Vec<Vec<u8>> = (0..msgs).map(|_| vec![5u8; len]).collect();
+        let n = allocations_of(|| {
+            for m in bufs.iter_mut() {
+                let sent = Cell::new(false);
+                let before = arrived.load(Ordering::Relaxed);
+                let p = RequestParam::new().callback_fn(done, &sent as *const Cell<bool> as usize);
+                // SAFETY: `m` and `hdr` outlive the send: waited for below.
+                if unsafe { ab.am_send_nbx_detached(1, hdr, SendData::Contig(m), flags, p) }.unwrap() {
+                    sent.set(true);
+                }
+                while !sent.get() || arrived.load(Ordering::Relaxed) == before {
+                    a.progress();
+                    b.progress();
+                }
+            }
+        });
+        assert_eq!(n, 0, "{what}: {n} allocations in {msgs} messages");
+    }
+}
