@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use ucp::{AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Features, Worker, WorkerParams};
 
+/// The replies the client got: operation and data.
+type Replies = Arc<Mutex<Vec<(u8, Vec<u8>)>>>;
+
 /// Request id (client to server) and reply id (server to client).
 const REQUEST: u16 = 1;
 const REPLY: u16 = 2;
@@ -40,7 +43,7 @@ fn main() -> Result<(), ucp::Status> {
     )?;
 
     // The client: replies land in a list.
-    let replies: Arc<Mutex<Vec<(u8, Vec<u8>)>>> = Arc::default();
+    let replies: Replies = Arc::default();
     let r = replies.clone();
     client.set_am_recv_handler(
         REPLY,
