@@ -4,7 +4,7 @@
 //! Every one starts with the same 8 bytes, UCX's `ucp_am_hdr_t` in our order: the user's
 //! 16-bit id, flags, a zero byte and the length of the user header (32 bits). A whole message
 //! without a user header or reply endpoint is exactly those 8 bytes and the data, so it goes
-//! as one `am_short` with the 8 bytes as the transport header ([`AmHdr::word`]). The user
+//! as one `am_short` with the 8 bytes as the transport header ([`AmWord::word`]). The user
 //! header follows the fixed fields and precedes the data.
 
 use super::{len, Header, Reader, WireError, Writer};
