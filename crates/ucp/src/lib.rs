@@ -57,7 +57,7 @@ pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, AmData, AmHandlerFlags, AmMsg, AmSendFlags, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo,
+    block_on, AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo,
     EventSource, LaneInfo, MemAttr, Message, Operand, ProgressDriver, RecvData, RecvFuture, RecvResult, RemoteKey,
     Request, SendData, SendFuture, ThreadMode, Worker, WorkerParams,
 };

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use ucp::{
-    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, IoVec, RequestParam, SendData,
-    Status, Worker, WorkerParams,
+    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, IoVec, RecvData, RequestParam,
+    SendData, Status, Worker, WorkerParams,
 };
 
 /// Busy-polling tests of this file run one at a time.
@@ -104,6 +104,18 @@ fn record(w: &Worker, id: u16, flags: AmHandlerFlags) -> Log {
     )
     .unwrap();
     log
+}
+
+/// A waker that does nothing (the loops poll again anyway).
+fn noop_waker() -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
+    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -337,7 +349,7 @@ fn handlers_missing_replaced_and_removed() {
     assert_eq!(second.lock().unwrap().len(), 20);
 }
 
-/// Iov data, a header longer than the limit, and rendezvous-only sends.
+/// Iov data, a header longer than the limit, and contradicting flags.
 #[test]
 fn iov_data_and_errors() {
     let _g = serial();
@@ -357,7 +369,7 @@ fn iov_data_and_errors() {
     assert!(log.lock().unwrap()[0].data == want);
     let big = vec![0u8; p.a.am_max_header() + 1];
     assert_eq!(p.send(5, &big, b"", AmSendFlags::empty()), Status::InvalidParam);
-    assert_eq!(p.send(5, b"", b"data", AmSendFlags::RNDV), Status::Unsupported);
+    assert_eq!(p.send(5, b"", b"data", AmSendFlags::RNDV | AmSendFlags::EAGER), Status::InvalidParam);
 }
 
 /// The owned-buffer form: the future resolves to the data; the header is copied.
@@ -374,8 +386,8 @@ fn owned_send_future() {
     }
     for (i, f) in futs.into_iter().enumerate() {
         let mut f = std::pin::pin!(f);
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
+        let waker = noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
         let t0 = std::time::Instant::now();
         let (buf, r) = loop {
             if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
@@ -392,4 +404,168 @@ fn owned_send_future() {
         assert_eq!(g.hdr, vec![i as u8; 10]);
         assert!(g.data == pattern(i * 1000, i as u8));
     }
+}
+
+// ---- rendezvous -----------------------------------------------------------------------------
+
+type Futs = Arc<Mutex<Vec<(u16, Vec<u8>, ucp::RecvFuture<Vec<u8>>)>>>;
+
+/// Polls every future of `futs` to completion, progressing the pair; the buffers and outcomes.
+/// A received rendezvous message: id, header, the buffer and the outcome.
+type Received = (u16, Vec<u8>, Vec<u8>, Result<ucp::RecvInfo, Status>);
+
+fn finish_all(p: &Pair, futs: &Futs, n: usize) -> Vec<Received> {
+    p.wait_until(|| futs.lock().unwrap().len() >= n);
+    let waker = noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut out = Vec::new();
+    let all = std::mem::take(&mut *futs.lock().unwrap());
+    for (id, hdr, f) in all {
+        let mut f = std::pin::pin!(f);
+        let t0 = std::time::Instant::now();
+        let (buf, r) = loop {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                break v;
+            }
+            p.progress();
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "a receive did not complete");
+        };
+        out.push((id, hdr, buf, r));
+    }
+    out
+}
+
+/// A handler that receives every rendezvous message's data from inside the call.
+fn receive_in_handler(w: &Worker, id: u16) -> Futs {
+    let futs: Futs = Arc::default();
+    let f = futs.clone();
+    w.set_am_recv_handler(
+        id,
+        Some(move |m: &mut AmMsg<'_>| {
+            assert!(m.is_rndv(), "an eager message of {} bytes", m.length());
+            assert!(m.data().is_empty());
+            let (len, hdr) = (m.length(), m.header().to_vec());
+            let w = m.worker().expect("the worker");
+            let d = m.take_rndv().expect("a descriptor");
+            assert!(m.take_rndv().is_none(), "taken twice");
+            f.lock().unwrap().push((m.id(), hdr, w.am_recv_data(d, vec![0u8; len])));
+        }),
+        AmHandlerFlags::empty(),
+    )
+    .unwrap();
+    futs
+}
+
+/// Rendezvous active messages in every scheme, received from inside the handler: sizes from
+/// the threshold to 1 MiB, headers and reply endpoints; the sender completes once the
+/// receiver has the data.
+#[test]
+fn rendezvous_in_every_scheme() {
+    let _g = serial();
+    for (tls, scheme) in [("posix,cma", "am"), ("posix,cma", "get_zcopy"), ("posix,cma", "put_zcopy"), ("self", "auto")]
+    {
+        let p = Pair::new(tls, &[("RNDV_THRESH", "1024"), ("RNDV_SCHEME", scheme)]);
+        let futs = receive_in_handler(&p.b, 11);
+        let sizes = [1024usize, 5000, 65_536, 1 << 20];
+        let mut sent = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            for (hlen, flags) in [(0usize, AmSendFlags::empty()), (40, AmSendFlags::REPLY)] {
+                let data = pattern(n, i as u8);
+                let hdr = pattern(hlen, 100 + i as u8);
+                assert_eq!(p.send(11, &hdr, &data, flags), Status::Ok, "{tls} {scheme}: {n} bytes");
+                sent.push((hdr, data));
+            }
+        }
+        let got = finish_all(&p, &futs, sent.len());
+        for ((id, h, buf, r), (hdr, data)) in got.iter().zip(&sent) {
+            assert_eq!((*id, h), (11, hdr));
+            assert_eq!(r.as_ref().map(|i| i.length), Ok(data.len()), "{tls} {scheme}");
+            assert!(buf == data, "{tls} {scheme}: {} bytes", data.len());
+        }
+        let c = p.b.proto_counts();
+        let ran = match scheme {
+            "get_zcopy" => c.rndv_get,
+            "put_zcopy" => c.rndv_put,
+            _ => c.rndv_am + c.rndv_get + c.rndv_put,
+        };
+        assert!(ran > 0, "{tls} {scheme}: {c:?}");
+    }
+}
+
+/// Descriptors kept past the handler are received later, in any order; one dropped in the
+/// handler completes its sender with `Ok`, one dropped after being taken with `Canceled`; a
+/// message with no handler fails its sender with `InvalidParam`; a short buffer truncates.
+#[test]
+fn rendezvous_kept_dropped_and_truncated() {
+    let _g = serial();
+    let p = Pair::new("posix,cma", &[("RNDV_THRESH", "1024")]);
+    let kept: Arc<Mutex<Vec<(usize, ucp::AmRndv)>>> = Arc::default();
+    let k = kept.clone();
+    p.b.set_am_recv_handler(
+        12,
+        Some(move |m: &mut AmMsg<'_>| {
+            // Header byte 0: 1 keeps the descriptor, 0 drops it.
+            if m.header()[0] == 1 {
+                k.lock().unwrap().push((m.length(), m.take_rndv().unwrap()));
+            }
+        }),
+        AmHandlerFlags::empty(),
+    )
+    .unwrap();
+    // The sender's request, waited for below.
+    let send = |hdr: &[u8], data: &[u8]| -> Status { p.send(12, hdr, data, AmSendFlags::empty()) };
+    // Dropped in the handler: the sender completes with Ok.
+    assert_eq!(send(&[0], &pattern(3000, 1)), Status::Ok);
+    // Kept: the sends complete only once the data is received; start them, then receive.
+    let datas: Vec<Vec<u8>> = (0..4).map(|i| pattern(2000 + i * 10_000, i as u8)).collect();
+    let mut reqs = Vec::new();
+    for d in &datas {
+        // SAFETY: `datas` outlives the requests (all waited for below).
+        let r = unsafe { p.ep.am_send_nbx(12, &[1], SendData::Contig(d), AmSendFlags::empty(), RequestParam::new()) };
+        reqs.push(r.unwrap().expect("a rendezvous send waits for the receiver"));
+    }
+    p.wait_until(|| kept.lock().unwrap().len() >= 4);
+    for _ in 0..1000 {
+        p.progress();
+    }
+    assert!(reqs.iter().all(|r| !r.is_completed()), "a sender completed before its data was received");
+    let mut ds = std::mem::take(&mut *kept.lock().unwrap());
+    // Received in reverse order; the third into a short buffer; the last dropped.
+    let (len3, last) = ds.pop().unwrap();
+    drop(last);
+    p.wait_until(|| reqs[3].is_completed());
+    assert_eq!((len3, reqs[3].status()), (datas[3].len(), Status::Canceled));
+    let (len2, d2) = ds.pop().unwrap();
+    let mut short = vec![0u8; len2 - 1];
+    // SAFETY: `short` outlives the request (waited for).
+    let r = unsafe { p.b.am_recv_data_nbx(d2, RecvData::Contig(&mut short), RequestParam::new()) }.unwrap();
+    p.wait_until(|| r.is_completed());
+    assert_eq!(r.status(), Status::MessageTruncated);
+    p.wait_until(|| reqs[2].is_completed());
+    drop(r);
+    for (i, (len, d)) in ds.into_iter().enumerate().rev() {
+        let mut buf = vec![0u8; len];
+        // SAFETY: `buf` outlives the request (waited for).
+        let r = unsafe { p.b.am_recv_data_nbx(d, RecvData::Contig(&mut buf), RequestParam::new()) }.unwrap();
+        p.wait_until(|| r.is_completed());
+        assert_eq!(r.status(), Status::Ok);
+        drop(r);
+        assert!(buf == datas[i], "message {i}");
+        p.wait_until(|| reqs[i].is_completed());
+        assert_eq!(reqs[i].status(), Status::Ok);
+    }
+    // No handler for the id: the sender fails.
+    assert_eq!(p.send(13, b"", &pattern(5000, 9), AmSendFlags::empty()), Status::InvalidParam);
+    // The protocol flags: rendezvous for 10 bytes, eager for 100,000.
+    let futs = receive_in_handler(&p.b, 14);
+    let before = p.a.proto_counts();
+    assert_eq!(p.send(14, b"", &pattern(10, 3), AmSendFlags::RNDV), Status::Ok);
+    let got = finish_all(&p, &futs, 1);
+    assert!(got[0].2 == pattern(10, 3));
+    let eager = record(&p.b, 15, AmHandlerFlags::empty());
+    assert_eq!(p.send(15, b"", &pattern(100_000, 4), AmSendFlags::EAGER), Status::Ok);
+    p.wait_until(|| !eager.lock().unwrap().is_empty());
+    assert!(eager.lock().unwrap()[0].data == pattern(100_000, 4));
+    let after = p.a.proto_counts();
+    assert!(after.eager_multi > before.eager_multi, "{after:?}");
 }

@@ -12,6 +12,7 @@
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
 
+use std::future::Future;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
@@ -361,8 +362,9 @@ fn rma(addr: &[u8]) {
 }
 
 /// The active-message peer. Its handler of id 1 answers every message on the reply endpoint
-/// with id 2: the header reversed, the data echoed (both copied: the data is lent for the call
-/// only). Commands, each answered with one line:
+/// with id 2: the header reversed, the data echoed (copied: the data is lent for the call
+/// only; a rendezvous message's data is received first, and answered once it is there).
+/// Commands, each answered with one line:
 ///
 /// | command | answer |
 /// |---|---|
@@ -372,11 +374,13 @@ fn rma(addr: &[u8]) {
 ///
 /// `quit` or the end of input: waits for the sends to complete, then exits.
 fn am(addr: &[u8]) {
+    type Rndv = (Vec<u8>, ucp::Endpoint, ucp::RecvFuture<Vec<u8>>);
     let w = worker(Features::AM, "am-peer");
     let rx = commands();
     say(&format!("addr {}", hex(w.address())));
     let echoed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let e2 = echoed.clone();
+    let rndv: std::sync::Arc<std::sync::Mutex<Vec<Rndv>>> = Default::default();
+    let (e2, r2) = (echoed.clone(), rndv.clone());
     w.set_am_recv_handler(
         1,
         Some(move |m: &mut AmMsg<'_>| {
@@ -386,6 +390,13 @@ fn am(addr: &[u8]) {
             };
             let mut h = m.header().to_vec();
             h.reverse();
+            if m.is_rndv() {
+                let (len, ep) = (m.length(), ep.clone());
+                let w = m.worker().expect("worker");
+                let d = m.take_rndv().expect("descriptor");
+                r2.lock().unwrap().push((h, ep, w.am_recv_data(d, vec![0u8; len])));
+                return;
+            }
             // The send goes on after its future is dropped.
             drop(ep.am_send(2, &h, m.data().to_vec(), AmSendFlags::empty()));
             e2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -394,9 +405,36 @@ fn am(addr: &[u8]) {
     )
     .expect("handler");
     let ep = w.ep_create(addr).expect("endpoint to the test");
+    // Answers the rendezvous messages whose data arrived.
+    let serve = || {
+        let waker = tests::peer::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut list = rndv.lock().unwrap();
+        let mut i = 0;
+        while i < list.len() {
+            match std::pin::Pin::new(&mut list[i].2).poll(&mut cx) {
+                std::task::Poll::Ready((data, r)) => {
+                    let (h, ep, _) = list.remove(i);
+                    r.expect("rendezvous receive");
+                    drop(ep.am_send(2, &h, data, AmSendFlags::empty()));
+                    echoed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::task::Poll::Pending => i += 1,
+            }
+        }
+    };
     type Send<'a> = (Vec<u8>, Vec<u8>, Option<Request<'a>>);
     let mut sends: Vec<Send<'_>> = Vec::new();
-    while let Some(line) = next_command(&w, &rx) {
+    loop {
+        let line = match rx.try_recv() {
+            Ok(l) => l,
+            Err(TryRecvError::Empty) => {
+                w.progress();
+                serve();
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
         let f: Vec<&str> = line.split_whitespace().collect();
         let num = |i: usize| -> u64 { f.get(i).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("'{line}'")) };
         match f.first().copied() {

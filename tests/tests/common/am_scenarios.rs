@@ -7,11 +7,13 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::future::Future;
 use tests::peer::Peer;
 use tests::text::{hex, pattern, unhex};
+
 use ucp::{
-    AmData, AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, RequestParam, SendData,
-    Status, Worker, WorkerParams,
+    AmData, AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, RecvFuture, RequestParam,
+    SendData, Status, Worker, WorkerParams,
 };
 
 /// Busy-polling tests run one at a time.
@@ -19,8 +21,14 @@ pub static SERIAL: Mutex<()> = Mutex::new(());
 
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The configurations: as they come, and without eager short.
-pub const CONFIGS: [(&str, &[(&str, &str)]); 2] = [("defaults", &[]), ("no short", &[("BCOPY_THRESH", "0")])];
+/// The configurations: as they come (rendezvous from the automatic threshold), without eager
+/// short, and rendezvous from 4 KiB in the fragment and get schemes.
+pub const CONFIGS: [(&str, &[(&str, &str)]); 4] = [
+    ("defaults", &[]),
+    ("no short", &[("BCOPY_THRESH", "0")]),
+    ("rndv am", &[("RNDV_THRESH", "4096"), ("RNDV_SCHEME", "am")]),
+    ("rndv get_zcopy", &[("RNDV_THRESH", "4096"), ("RNDV_SCHEME", "get_zcopy")]),
+];
 
 pub fn worker(tls: &str, cfg: &[(&str, &str)]) -> Worker {
     uct_shm::register();
@@ -68,8 +76,15 @@ fn wait_until(w: &Worker, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// What our handlers saw: id, header, data, and the data itself when kept.
-type Log = Arc<Mutex<Vec<(u16, Vec<u8>, Vec<u8>)>>>;
+/// What our handlers saw: id, header, data. A rendezvous message's data is received by the
+/// handler into a future, resolved by [`resolve`].
+type Log = Arc<Mutex<Vec<(u16, Vec<u8>, Got)>>>;
+
+/// A message's data: there, or being received.
+enum Got {
+    Data(Vec<u8>),
+    Rndv(RecvFuture<Vec<u8>>),
+}
 
 /// Data a handler kept, with the index of its message.
 type Kept = Arc<Mutex<Vec<(usize, AmData)>>>;
@@ -83,7 +98,13 @@ fn record(w: &Worker, id: u16, keep: Option<Kept>) -> Log {
         Some(move |m: &mut AmMsg<'_>| {
             let mut l = l.lock().unwrap();
             let n = l.len();
-            l.push((m.id(), m.header().to_vec(), m.data().to_vec()));
+            if m.is_rndv() {
+                let (len, w) = (m.length(), m.worker().expect("the worker"));
+                let d = m.take_rndv().expect("a descriptor");
+                l.push((m.id(), m.header().to_vec(), Got::Rndv(w.am_recv_data(d, vec![0u8; len]))));
+                return;
+            }
+            l.push((m.id(), m.header().to_vec(), Got::Data(m.data().to_vec())));
             if let Some(k) = &keep {
                 // Every seventh message's data is kept and checked at the end.
                 if n % 7 == 0 {
@@ -95,6 +116,31 @@ fn record(w: &Worker, id: u16, keep: Option<Kept>) -> Log {
     )
     .unwrap();
     log
+}
+
+/// The first `n` messages of `log`, with their data received.
+fn resolve(w: &Worker, log: &Log, n: usize, what: &str) -> Vec<(u16, Vec<u8>, Vec<u8>)> {
+    wait_until(w, what, || log.lock().unwrap().len() >= n);
+    let all = std::mem::take(&mut *log.lock().unwrap());
+    let waker = tests::peer::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    all.into_iter()
+        .map(|(id, h, g)| match g {
+            Got::Data(d) => (id, h, d),
+            Got::Rndv(f) => {
+                let mut f = std::pin::pin!(f);
+                let t = Instant::now();
+                loop {
+                    if let std::task::Poll::Ready((d, r)) = f.as_mut().poll(&mut cx) {
+                        r.unwrap_or_else(|e| panic!("{what}: a rendezvous receive failed: {e}"));
+                        break (id, h, d);
+                    }
+                    w.progress();
+                    assert!(t.elapsed() < TIMEOUT, "{what}: a rendezvous receive did not complete");
+                }
+            }
+        })
+        .collect()
 }
 
 /// Requests of every size class with headers up to the limit, answered by the peer's handler
@@ -117,8 +163,7 @@ pub fn requests_and_replies(w: &Worker, p: &mut AmPeer, sizes: &[usize], what: &
             sent.push((hdr, data));
         }
     }
-    wait_until(w, "the replies", || replies.lock().unwrap().len() >= sent.len());
-    let got = replies.lock().unwrap();
+    let got = resolve(w, &replies, sent.len(), "the replies");
     assert_eq!(got.len(), sent.len(), "{what}");
     for (k, ((id, h, d), (hdr, data))) in got.iter().zip(&sent).enumerate() {
         let mut rev = hdr.clone();
@@ -140,8 +185,7 @@ pub fn flood(w: &Worker, peers: &mut [AmPeer], count: u64, what: &str) {
         assert_eq!(p.ask(w, &format!("send 3 {count} {} 12 {}", 100 + k * 3000, 10_000 * (k + 1))), "started");
     }
     let total = count as usize * peers.len();
-    wait_until(w, "the flood", || log.lock().unwrap().len() >= total);
-    let got = log.lock().unwrap().clone();
+    let got = resolve(w, &log, total, "the flood");
     assert_eq!(got.len(), total, "{what}");
     let mut next = vec![0u64; peers.len()];
     for (n, (id, h, d)) in got.iter().enumerate() {
@@ -177,6 +221,10 @@ pub fn across(tls: &str, sizes: &[usize], count: u64) {
         requests_and_replies(&w, &mut p, sizes, &what);
         let mut peers = vec![p, AmPeer::spawn(&w, tls, cfg), AmPeer::spawn(&w, tls, cfg)];
         flood(&w, &mut peers, count, &what);
-        eprintln!("{what}: {:?}", w.proto_counts());
+        let c = w.proto_counts();
+        eprintln!("{what}: {c:?}");
+        if name.starts_with("rndv") {
+            assert!(c.rndv_am + c.rndv_get + c.rndv_put > 0, "{what}: no rendezvous: {c:?}");
+        }
     }
 }

@@ -7,13 +7,21 @@
 //! (`wire::am`). Messages from one endpoint travel its AM lane in order, and a multi-fragment
 //! message is delivered when its last fragment arrived; a handler gets every message whole
 //! (as UCX does, whatever `UCP_AM_FLAG_WHOLE_MSG` says).
+//!
+//! A rendezvous message arrives as an RTS: it waits in the table of descriptors until the
+//! user receives its data into a buffer (`ucp_am_recv_data_nbx`: a receive request that the
+//! shared rendezvous protocol completes, as for a matched tagged RTS) or drops it (an ATS with
+//! the status tells the sender).
 
 use std::collections::HashMap;
 
-use ucs::idtable::Id;
+use ucs::idtable::{Id, IdTable};
+use ucs::{Status, UcsResult};
 
+use crate::dt::UserBuf;
 use crate::engine::Shared;
-use crate::wire;
+use crate::request::{RecvInfo, RecvReq, ReqKind, ReqState, RequestParam, Rts};
+use crate::wire::{self, Ctrl};
 
 /// Reassembly buffers kept for reuse.
 const AM_BUFS_KEPT: usize = 16;
@@ -35,6 +43,9 @@ pub(crate) enum AmBytes<'a> {
     Recv { m: uct::AmRecv<'a>, hdr: (usize, usize), data: usize },
     /// A reassembled message.
     Owned { hdr: Vec<u8>, data: Vec<u8> },
+    /// A rendezvous message: the user header in the transport's buffer at `hdr`, and the
+    /// descriptor of its data (`size` bytes) in the family's table.
+    Rndv { m: uct::AmRecv<'a>, hdr: (usize, usize), desc: Id, size: usize },
 }
 
 /// A multi-fragment message in progress.
@@ -53,6 +64,8 @@ pub(crate) struct AmState {
     frags: HashMap<(u64, u64), Asm>,
     /// Reassembly buffers kept for reuse.
     bufs: Vec<Vec<u8>>,
+    /// Rendezvous messages whose data nobody received or dropped yet.
+    rndv: IdTable<Rts>,
 }
 
 impl AmState {
@@ -69,6 +82,15 @@ impl AmState {
             }
             Ok(wire::Msg::AmFirst(h, user, data)) => self.on_first(sh, h, user, data),
             Ok(wire::Msg::AmMiddle(h, data)) => self.on_middle(h, data),
+            Ok(wire::Msg::AmRts(h, user)) => {
+                // The reply endpoint, and the one an ATS goes back on.
+                reply_ep(sh, h.rts.ep, "active message rts")?;
+                let reply = h.w.reply().then_some(Id::from_raw(h.rts.ep));
+                let hdr = (user.as_ptr() as usize - base, user.len());
+                let size = h.rts.size;
+                let desc = self.rndv.insert(Rts::from(h.rts));
+                return Some(AmArrival { id: h.w.id, reply, bytes: AmBytes::Rndv { m, hdr, desc, size } });
+            }
             Ok(_) => {
                 tracing::warn!("ucp: {} on an active-message id; dropped", wire::am_name(id));
                 None
@@ -137,6 +159,38 @@ impl AmState {
         if self.bufs.len() < AM_BUFS_KEPT && v.capacity() <= AM_BUF_KEPT_MAX {
             v.clear();
             self.bufs.push(v);
+        }
+    }
+
+    /// Receives the data of rendezvous descriptor `desc` into `buf` (`ucp_am_recv_data_nbx`):
+    /// a receive request the rendezvous protocol completes; its id. `InvalidParam` for a
+    /// descriptor already received or dropped.
+    pub fn recv_data<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        desc: Id,
+        buf: UserBuf,
+        param: RequestParam,
+    ) -> UcsResult<Id> {
+        let Some(rts) = self.rndv.remove(desc) else {
+            tracing::error!("am_recv_data_nbx: the descriptor was received or released already");
+            return Err(Status::InvalidParam);
+        };
+        let hint = param.hint();
+        let mut st =
+            ReqState::new(ReqKind::Recv(RecvReq::new(buf, hint)), param.callback, param.callback_fn, param.detached);
+        st.info = RecvInfo { length: rts.size, sender_tag: 0 };
+        let rid = sh.reqs.tab.insert(st);
+        crate::proto::rndv::matched(sh, rid, rts);
+        Ok(rid)
+    }
+
+    /// Drops rendezvous descriptor `desc` without its data: the sender completes with `status`
+    /// (an ATS).
+    pub fn drop_rndv<L: Clone>(&mut self, sh: &mut Shared<L>, desc: Id, status: Status) {
+        let Some(rts) = self.rndv.remove(desc) else { return };
+        if let Some(ep) = sh.ep_from_wire(rts.ep, "active message rts") {
+            sh.send_ctrl(ep, Ctrl::Ats(wire::Ats { sreq: rts.sreq, status }));
         }
     }
 

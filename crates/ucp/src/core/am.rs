@@ -18,7 +18,7 @@ use ucs::{Status, UcsResult};
 use super::Core;
 use crate::am::{AmArrival, AmBytes};
 use crate::dt::UserBuf;
-use crate::proto::OpKind;
+use crate::proto::{Force, OpKind};
 use crate::request::{AmOut, RequestParam, SendMsg};
 use crate::wire;
 
@@ -30,8 +30,14 @@ pub(crate) struct AmIn<'a> {
     pub reply: Option<Id>,
     /// The user header (valid during the call).
     pub hdr: &'a [u8],
-    /// The data: valid during the call; with `kept`, until the kept entry is released.
+    /// The data: valid during the call; with `kept`, until the kept entry is released. Empty
+    /// for a rendezvous message (see `rndv`).
     pub data: &'a [u8],
+    /// Length of the data (of a rendezvous message: what its sender sends).
+    pub length: usize,
+    /// A rendezvous message's descriptor: the handler takes it to receive the data (or not:
+    /// the data is dropped when the handler returns).
+    pub rndv: Option<Id>,
     /// The message's entry in the kept table when the handler may keep the data.
     pub kept: Option<Id>,
     /// Set by the handler to keep the data (the entry then stays until released).
@@ -93,20 +99,23 @@ impl Core {
 
     /// The largest user header an active message may carry on this worker (UCX's
     /// `max_am_header`): what one bcopy fragment of the smallest AM lane leaves after the
-    /// fixed header of a first fragment and one byte of data (so that every fragment of a
-    /// multi-fragment message moves data).
+    /// longer of a rendezvous RTS with the longest key and the fixed header of a first fragment
+    /// with one byte of data (so that every fragment of a multi-fragment message moves data).
     pub fn am_max_header(&self) -> usize {
         self.ifaces
             .iter()
             .filter(|w| w.attr.flags.contains(uct::IfaceFlags::AM_BCOPY))
-            .map(|w| w.attr.am.max_bcopy.saturating_sub(wire::len::AM_FIRST + 1))
+            .map(|w| {
+                w.attr.am.max_bcopy.saturating_sub((wire::len::AM_FIRST + 1).max(wire::len::RTS + uct::PackedKey::MAX))
+            })
             .min()
             .unwrap_or(0)
             .min(u32::MAX as usize)
     }
 
-    /// Starts an active-message send (`ucp_am_send_nbx`) of data `buf` with user header `hdr`;
-    /// `Ok(None)`: completed at once.
+    /// Starts an active-message send (`ucp_am_send_nbx`) of data `buf` with user header `hdr`,
+    /// by the protocols `force` allows; `Ok(None)`: completed at once.
+    #[allow(clippy::too_many_arguments)]
     pub fn am_send(
         &self,
         ep_id: Id,
@@ -114,6 +123,7 @@ impl Core {
         hdr: UserBuf,
         buf: UserBuf,
         reply: bool,
+        force: Force,
         param: RequestParam,
     ) -> UcsResult<Option<Id>> {
         let max = self.am_max_header();
@@ -122,7 +132,7 @@ impl Core {
             return Err(Status::InvalidParam);
         }
         let a = AmOut { id, reply, hdr: wire::UserHdr(hdr) };
-        let kind = OpKind::Am { hdr: (hdr.len() + if reply { 8 } else { 0 }) as u32 };
+        let kind = OpKind::Am { hdr: (hdr.len() + if reply { 8 } else { 0 }) as u32, force };
         self.send_msg(ep_id, buf, SendMsg::Am(a), kind, false, param)
     }
 
@@ -142,8 +152,11 @@ impl Core {
         let entry = self.am_handlers.borrow().get(a.id as usize).cloned().flatten();
         let Some(entry) = entry else {
             tracing::warn!("ucp: an active message with id {} arrived, and no handler is set for it; dropped", a.id);
-            if let AmBytes::Owned { data, .. } = a.bytes {
-                self.engine.borrow_mut().am.recycle(data);
+            match a.bytes {
+                AmBytes::Owned { data, .. } => self.engine.borrow_mut().am.recycle(data),
+                // The sender learns it (as in UCX).
+                AmBytes::Rndv { desc, .. } => self.am_drop_rndv(desc, Status::InvalidParam),
+                AmBytes::Recv { .. } => {}
             }
             return;
         };
@@ -153,7 +166,38 @@ impl Core {
                 // Inline in the transport's buffer and not to be kept: lent for the call.
                 let bytes = m.data();
                 let (h, d) = (&bytes[hdr.0..hdr.0 + hdr.1], &bytes[data..]);
-                (entry.cb)(AmIn { id: a.id, reply: a.reply, hdr: h, data: d, kept: None, taken: &taken });
+                let length = d.len();
+                (entry.cb)(AmIn {
+                    id: a.id,
+                    reply: a.reply,
+                    hdr: h,
+                    data: d,
+                    length,
+                    kept: None,
+                    rndv: None,
+                    taken: &taken,
+                });
+                return;
+            }
+            AmBytes::Rndv { m, hdr, desc, size } => {
+                let bytes = m.data();
+                let h = &bytes[hdr.0..hdr.0 + hdr.1];
+                let i = AmIn {
+                    id: a.id,
+                    reply: a.reply,
+                    hdr: h,
+                    data: &[],
+                    length: size,
+                    kept: None,
+                    rndv: Some(desc),
+                    taken: &taken,
+                };
+                (entry.cb)(i);
+                if !taken.get() {
+                    // Not taken: the data is dropped, and the sender completes (UCX's callback
+                    // returning UCS_OK for a rendezvous message).
+                    self.am_drop_rndv(desc, Status::Ok);
+                }
                 return;
             }
             AmBytes::Recv { m, hdr, data } => {
@@ -204,7 +248,18 @@ impl Core {
         // SAFETY: the kept storage does not move and lives until released, which happens only
         // after the handler returned (by this module) or through the handle the handler took.
         let data = unsafe { std::slice::from_raw_parts(p, n) };
-        (entry.cb)(AmIn { id, reply, hdr, data, kept: Some(kept), taken });
+        (entry.cb)(AmIn { id, reply, hdr, data, length: n, kept: Some(kept), rndv: None, taken });
+    }
+
+    /// Receives rendezvous descriptor `desc`'s data into `buf` (`ucp_am_recv_data_nbx`); the
+    /// request's id.
+    pub fn am_recv_data(&self, desc: Id, buf: UserBuf, param: RequestParam) -> UcsResult<Id> {
+        self.with_engine(|e| e.am.recv_data(&mut e.sh, desc, buf, param))
+    }
+
+    /// Drops rendezvous descriptor `desc`: its sender completes with `status`.
+    pub fn am_drop_rndv(&self, desc: Id, status: Status) {
+        self.with_engine(|e| e.am.drop_rndv(&mut e.sh, desc, status));
     }
 
     /// Releases a kept message (`ucp_am_data_release`); a reassembly buffer goes back to the

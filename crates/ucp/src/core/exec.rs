@@ -79,6 +79,17 @@ fn pack_header(dst: &mut [u8], h: &dyn Fn(&mut [u8]) -> Result<usize, wire::Wire
     })
 }
 
+/// Writes an RTS, and an active message's user header after it, into a transport buffer; the
+/// length (0, logged, when it does not fit).
+fn pack_rts(dst: &mut [u8], hdr: &wire::RtsHdr, user: Option<&wire::UserHdr>, id: u8) -> usize {
+    let n = pack_header(dst, &|b| hdr.encode(b), id);
+    let Some(u) = user else { return n };
+    match dst.get_mut(n..n + u.len()).map(|d| u.0.copy_out(0, d)) {
+        Some(Ok(())) if n > 0 => n + u.len(),
+        _ => packing_failed(id),
+    }
+}
+
 impl Core {
     /// Makes transmission `tx` on its endpoint's lanes.
     pub(crate) fn exec(&self, tx: &Tx<Rc<EpLanes>>) -> TxResult {
@@ -94,12 +105,13 @@ impl Core {
                 uct::SendFlags::empty(),
             )),
             TxOp::Ctrl(c) => TxResult::from_uct(send_ctrl(ep, c)),
-            TxOp::Rts { hdr, offer, mem } => {
+            TxOp::Rts { hdr, offer, mem, user } => {
                 let mut hdr = *hdr;
                 let memh = mem.as_ref().and_then(|m| self.expose(lanes, m, offer.key.then_some(&mut hdr.rkey)));
+                let id = if user.is_some() { wire::AM_AM_RTS } else { wire::AM_RNDV_RTS };
                 let mut r = TxResult::from_uct(ep.am_bcopy(
-                    wire::AM_RNDV_RTS,
-                    &mut |dst| pack_header(dst, &|b| hdr.encode(b), wire::AM_RNDV_RTS),
+                    id,
+                    &mut |dst| pack_rts(dst, &hdr, user.as_ref(), id),
                     uct::SendFlags::empty(),
                 ));
                 r.keyed = !hdr.rkey.is_empty();

@@ -430,7 +430,7 @@ impl Core {
         if rma_target::is_target_id(id) {
             return self.rma_target(id, m.data());
         }
-        if matches!(id, wire::AM_AM_ONLY | wire::AM_AM_FIRST | wire::AM_AM_MIDDLE) {
+        if matches!(id, wire::AM_AM_ONLY | wire::AM_AM_FIRST | wire::AM_AM_MIDDLE | wire::AM_AM_RTS) {
             return self.on_user_am(id, m);
         }
         let d = self.with_engine(|e| e.on_am(id, m));

@@ -66,8 +66,9 @@ pub(crate) enum TxOp {
     /// `am_bcopy` of a control message.
     Ctrl(Ctrl),
     /// The RTS of a rendezvous: register `mem` on the rendezvous lane as `offer` says (and
-    /// pack the key into the header), then `am_bcopy`.
-    Rts { hdr: wire::RtsHdr, offer: RtsOffer, mem: Option<Mem> },
+    /// pack the key into the header), then `am_bcopy`; with `user`, an active message's RTS
+    /// (the header's tag holds its fixed fields) followed by its user header.
+    Rts { hdr: wire::RtsHdr, offer: RtsOffer, mem: Option<Mem>, user: Option<wire::UserHdr> },
     /// The RTR of a rendezvous: register `mem` on the rendezvous lane and pack its key into the
     /// header (the put scheme; without `mem`, fragments), then `am_bcopy`.
     Rtr { hdr: wire::RtrHdr, mem: Option<Mem> },

@@ -112,8 +112,12 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
                 Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset: 0, len: total }, of(0, total))
             }
             Proto::Rndv => {
-                // (Active messages never select rendezvous yet.)
-                let SendMsg::Tag(tag) = s.msg.get() else { return Next::Fail(Status::Unsupported) };
+                // An active message's RTS carries its fixed fields in the tag's place, and its
+                // user header after the RTS.
+                let (tag, user) = match s.msg.get() {
+                    SendMsg::Tag(tag) => (tag, None),
+                    SendMsg::Am(a) => (a.word().word(), Some(a.hdr)),
+                };
                 let seg = s.buf.contig_seg();
                 let offer = rts_offer(cfg, total, seg.is_some());
                 let mem = seg.filter(|_| offer.register).map(|seg| Mem {
@@ -133,7 +137,7 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
                     contig: seg.is_some(),
                     rkey: uct::PackedKey::new(),
                 };
-                Next::Tx(Lane::Am, TxOp::Rts { hdr, offer, mem }, of(0, total))
+                Next::Tx(Lane::Am, TxOp::Rts { hdr, offer, mem, user }, of(0, total))
             }
             // They start in their own phases.
             Proto::EagerMulti | Proto::EagerZcopy => Next::Fail(Status::InvalidParam),

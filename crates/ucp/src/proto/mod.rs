@@ -18,4 +18,4 @@ pub(crate) mod select;
 pub(crate) mod send;
 
 pub(crate) use config::{EpConfig, LaneModels, RndvCaps};
-pub(crate) use select::{select, Op, OpKind, Proto};
+pub(crate) use select::{select, Force, Op, OpKind, Proto};

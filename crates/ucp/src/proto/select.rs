@@ -22,8 +22,21 @@ pub(crate) enum OpKind {
     /// A synchronous tagged send (`ucp_tag_send_sync_nbx`).
     TagSendSync,
     /// An active message (`ucp_am_send_nbx`) whose header adds `hdr` bytes to the fixed
-    /// ones (its user header, and 8 for a reply endpoint). Eager only, for now.
-    Am { hdr: u32 },
+    /// ones (its user header, and 8 for a reply endpoint), with the protocol family its flags
+    /// ask for.
+    Am { hdr: u32, force: Force },
+}
+
+/// The protocol family an active message's flags ask for (`UCP_AM_SEND_FLAG_EAGER`,
+/// `UCP_AM_SEND_FLAG_RNDV`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Force {
+    /// By the endpoint's switch points.
+    Auto,
+    /// Eager at every size.
+    Eager,
+    /// Rendezvous at every size.
+    Rndv,
 }
 
 impl OpKind {
@@ -33,7 +46,7 @@ impl OpKind {
         match self {
             OpKind::TagSend => len::EAGER_ONLY,
             OpKind::TagSendSync => len::EAGER_SYNC_ONLY,
-            OpKind::Am { hdr } => len::AM_ONLY + hdr as usize,
+            OpKind::Am { hdr, .. } => len::AM_ONLY + hdr as usize,
         }
     }
 
@@ -43,21 +56,21 @@ impl OpKind {
     fn zcopy_ok(self) -> bool {
         match self {
             OpKind::TagSend | OpKind::TagSendSync => true,
-            OpKind::Am { hdr } => len::AM_FIRST + hdr as usize <= len::MAX_DATA_HDR,
+            OpKind::Am { hdr, .. } => len::AM_FIRST + hdr as usize <= len::MAX_DATA_HDR,
         }
     }
 
-    /// Whether the kind may go rendezvous (active messages: not yet).
+    /// Whether the kind may go rendezvous (an active message sent with the eager flag may not).
     #[inline(always)]
     fn rndv_ok(self) -> bool {
-        !matches!(self, OpKind::Am { .. })
+        !matches!(self, OpKind::Am { force: Force::Eager, .. })
     }
 
     /// Whether the kind may go eager short: `am_short` carries an 8-byte header, the tag; a
     /// synchronous send also needs its endpoint and request.
     #[inline(always)]
     fn short_ok(self) -> bool {
-        matches!(self, OpKind::TagSend | OpKind::Am { hdr: 0 })
+        matches!(self, OpKind::TagSend | OpKind::Am { hdr: 0, .. })
     }
 }
 
@@ -96,7 +109,7 @@ pub(crate) enum Proto {
 ///   bcopy size, else in several.
 #[inline(always)]
 pub(crate) fn select(cfg: &EpConfig, op: Op) -> Proto {
-    if op.len >= cfg.rndv_thresh && op.kind.rndv_ok() {
+    if (op.len >= cfg.rndv_thresh && op.kind.rndv_ok()) || matches!(op.kind, OpKind::Am { force: Force::Rndv, .. }) {
         return Proto::Rndv;
     }
     if op.contig {

@@ -496,7 +496,7 @@ impl Sim {
                 b.truncate(len);
                 (c.am_id(), b, None)
             }
-            TxOp::Rts { hdr, offer, mem } => {
+            TxOp::Rts { hdr, offer, mem, .. } => {
                 let mut hdr = *hdr;
                 if let Some(m) = mem {
                     res.memh = Some(uct::MemH::bounds("sim", m.seg.ptr, m.seg.len));

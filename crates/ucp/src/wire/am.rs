@@ -6,9 +6,13 @@
 //! without a user header or reply endpoint is exactly those 8 bytes and the data, so it goes
 //! as one `am_short` with the 8 bytes as the transport header ([`AmWord::word`]). The user
 //! header follows the fixed fields and precedes the data.
+//!
+//! A rendezvous active message sends an RTS ([`AmRtsHdr`]): the fields of a tagged RTS with the
+//! 8 fixed bytes in the tag's place, then the user header; the data follows the rendezvous
+//! protocol of tagged messages (get, put or fragments, then ATS or ATP).
 
 use super::{len, Header, Reader, WireError, Writer};
-use super::{EagerMiddleHdr, AM_AM_FIRST, AM_AM_MIDDLE, AM_AM_ONLY};
+use super::{EagerMiddleHdr, RtsHdr, AM_AM_FIRST, AM_AM_MIDDLE, AM_AM_ONLY, AM_AM_RTS};
 
 /// Flag: the sender asks for a reply endpoint (`UCP_AM_SEND_FLAG_REPLY`); the message names
 /// the receiver's endpoint to the sender.
@@ -42,7 +46,11 @@ impl AmWord {
     }
 
     fn read(r: &mut Reader<'_>, what: &'static str) -> Result<AmWord, WireError> {
-        let w = r.u64()?;
+        Self::from_word(r.u64()?, what)
+    }
+
+    /// The fields of an 8-byte word (see [`AmWord::word`]), checked.
+    pub fn from_word(w: u64, what: &'static str) -> Result<AmWord, WireError> {
         let flags = (w >> 16) as u8;
         if flags & !AM_FLAGS != 0 {
             return Err(WireError::UnknownFlags { what, flags });
@@ -153,6 +161,49 @@ impl Header for AmFirstHdr {
     }
 }
 
+/// The RTS of a rendezvous active message: an RTS whose tag is the active message's 8 fixed
+/// bytes, then (not part of this type) the user header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AmRtsHdr {
+    /// Id, flags, user header length.
+    pub w: AmWord,
+    /// The rendezvous fields (`tag` holds `w`'s word; `ep` is the receiver's endpoint to the
+    /// sender, the reply endpoint when the sender asked for one).
+    pub rts: RtsHdr,
+}
+
+impl AmRtsHdr {
+    /// The header and the user header after it (exactly its length: nothing else follows).
+    pub fn decode(data: &[u8]) -> Result<(Self, &[u8]), WireError> {
+        let what = "active message rts";
+        let (rts, rest) = RtsHdr::decode_as(data, what)?;
+        let w = AmWord::from_word(rts.tag, what)?;
+        let n = w.hdr_len as usize;
+        if rest.len() != n {
+            let at = data.len() - rest.len();
+            return Err(if rest.len() < n {
+                WireError::Truncated { what, needed: at + n, got: data.len() }
+            } else {
+                WireError::TrailingBytes { what, expected: at + n, got: data.len() }
+            });
+        }
+        Ok((AmRtsHdr { w, rts }, rest))
+    }
+}
+
+impl Header for AmRtsHdr {
+    fn am_id(&self) -> u8 {
+        AM_AM_RTS
+    }
+    /// The RTS part only (as [`AmHdr`]).
+    fn encoded_len(&self) -> usize {
+        self.rts.encoded_len()
+    }
+    fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        RtsHdr { tag: self.w.word(), ..self.rts }.encode(buf)
+    }
+}
+
 /// A later fragment of a multi-fragment active message: the fields of an eager middle
 /// fragment ([`EagerMiddleHdr`]) under the active-message id, so the two families' messages
 /// in progress never mix.
@@ -241,6 +292,28 @@ mod tests {
             crate::wire::tests::round_trip(&h, &p, AmMiddleHdr::decode);
             let buf = message(&h, &[], &p);
             prop_assert!(matches!(Msg::decode(AM_AM_MIDDLE, &buf), Ok(Msg::AmMiddle(..))));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn rts_round_trips(w in word(), ep in any::<u64>(), sreq in any::<u64>(), size in 0usize..1 << 40,
+                           addr in any::<u64>(), contig in any::<bool>(), key in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let rkey = uct::PackedKey::from_slice(&key).unwrap();
+            let h = AmRtsHdr { w, rts: RtsHdr { tag: w.word(), ep, sreq, size, addr, contig, rkey } };
+            let user: Vec<u8> = (0..w.hdr_len).map(|i| i as u8 ^ 0x5a).collect();
+            let buf = message(&h, &user, &[]);
+            let (back, u) = AmRtsHdr::decode(&buf).unwrap();
+            prop_assert_eq!(back, h);
+            prop_assert_eq!(u, &user[..]);
+            prop_assert!(matches!(Msg::decode(AM_AM_RTS, &buf), Ok(Msg::AmRts(..))));
+            for cut in 0..buf.len() {
+                prop_assert!(AmRtsHdr::decode(&buf[..cut]).is_err(), "cut at {}", cut);
+            }
+            let mut more = buf.clone();
+            more.push(0);
+            let is_trailing = matches!(AmRtsHdr::decode(&more), Err(WireError::TrailingBytes { .. }));
+            prop_assert!(is_trailing);
         }
     }
 

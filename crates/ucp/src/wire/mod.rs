@@ -30,6 +30,7 @@
 //! | 20 | active message | [`am::AmHdr`] id, flags, user header length (8), ep if reply (8) | user header, data |
 //! | 21 | active message first | [`am::AmFirstHdr`] id, flags, user header length, ep, msg id, total (32) | user header, first fragment |
 //! | 22 | active message middle | [`am::AmMiddleHdr`] ep, msg id, offset (24) | a later fragment |
+//! | 23 | active message rts | [`am::AmRtsHdr`]: an RTS with id, flags, user header length in the tag's place | user header |
 //!
 //! Peers are never trusted beyond the format: `ep` fields hold the *receiver's* endpoint id
 //! for the sender (learned during wireup) so the receiver replies on the right endpoint, and
@@ -100,9 +101,11 @@ pub const AM_AM_ONLY: u8 = 20;
 pub const AM_AM_FIRST: u8 = 21;
 /// Later fragments of a multi-fragment active message.
 pub const AM_AM_MIDDLE: u8 = 22;
+/// Rendezvous request of an active message.
+pub const AM_AM_RTS: u8 = 23;
 
 /// Every AM id UCP uses, for handler registration.
-pub const ALL_AM_IDS: [u8; 22] = [
+pub const ALL_AM_IDS: [u8; 23] = [
     AM_WIREUP,
     AM_EAGER_ONLY,
     AM_EAGER_FIRST,
@@ -125,6 +128,7 @@ pub const ALL_AM_IDS: [u8; 22] = [
     AM_AM_ONLY,
     AM_AM_FIRST,
     AM_AM_MIDDLE,
+    AM_AM_RTS,
 ];
 
 /// Human name of an AM id, for logs.
@@ -152,6 +156,7 @@ pub fn am_name(id: u8) -> &'static str {
         AM_AM_ONLY => "active message",
         AM_AM_FIRST => "active message first",
         AM_AM_MIDDLE => "active message middle",
+        AM_AM_RTS => "active message rts",
         _ => "unknown",
     }
 }
@@ -334,6 +339,8 @@ pub enum Msg<'a> {
     AmFirst(am::AmFirstHdr, &'a [u8], &'a [u8]),
     /// [`AM_AM_MIDDLE`].
     AmMiddle(am::AmMiddleHdr, &'a [u8]),
+    /// [`AM_AM_RTS`]: header, user header.
+    AmRts(am::AmRtsHdr, &'a [u8]),
 }
 
 impl<'a> Msg<'a> {
@@ -389,6 +396,10 @@ impl<'a> Msg<'a> {
             AM_AM_MIDDLE => {
                 let (h, p) = am::AmMiddleHdr::decode(data)?;
                 Msg::AmMiddle(h, p)
+            }
+            AM_AM_RTS => {
+                let (h, u) = am::AmRtsHdr::decode(data)?;
+                Msg::AmRts(h, u)
             }
             _ => return Err(WireError::UnknownAmId(id)),
         })
@@ -574,7 +585,7 @@ pub(crate) mod tests {
             assert_ne!(am_name(id), "unknown");
         }
         assert_eq!(Msg::decode(0, &[]), Err(WireError::UnknownAmId(0)));
-        assert_eq!(Msg::decode(23, &[0; 64]), Err(WireError::UnknownAmId(23)));
+        assert_eq!(Msg::decode(24, &[0; 64]), Err(WireError::UnknownAmId(24)));
     }
 
     #[test]

@@ -31,7 +31,17 @@ pub struct RtsHdr {
 impl RtsHdr {
     /// Decodes a whole message.
     pub fn decode(data: &[u8]) -> Result<Self, WireError> {
-        let what = "rndv rts";
+        let (h, rest) = Self::decode_as(data, "rndv rts")?;
+        if !rest.is_empty() {
+            let n = data.len() - rest.len();
+            return Err(WireError::TrailingBytes { what: "rndv rts", expected: n, got: data.len() });
+        }
+        Ok(h)
+    }
+
+    /// Decodes the header of message `what` (an RTS, or one that carries more after it);
+    /// returns it and the bytes after it.
+    pub(crate) fn decode_as<'a>(data: &'a [u8], what: &'static str) -> Result<(Self, &'a [u8]), WireError> {
         let mut r = Reader::new(what, data);
         let (tag, ep, sreq, size, addr) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
         let flags = r.u8()?;
@@ -39,9 +49,8 @@ impl RtsHdr {
             return Err(WireError::UnknownFlags { what, flags });
         }
         let rkey = r.key()?;
-        r.end()?;
         let size = usize::try_from(size).map_err(|_| WireError::OutOfRange { what, field: "size", value: size })?;
-        Ok(RtsHdr { tag, ep, sreq, size, addr, contig: flags & RTS_FLAG_CONTIG != 0, rkey })
+        Ok((RtsHdr { tag, ep, sreq, size, addr, contig: flags & RTS_FLAG_CONTIG != 0, rkey }, r.rest()))
     }
 }
 

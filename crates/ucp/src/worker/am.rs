@@ -7,6 +7,8 @@
 //! | `ucp_am_recv_callback_t` | `Fn(&mut AmMsg<'_>)`: header, data, [`AmMsg::reply_ep`], [`AmMsg::data_persistent`] |
 //! | returning `UCS_INPROGRESS` | [`AmMsg::take_data`]: an [`AmData`] that holds the data |
 //! | `ucp_am_data_release` | dropping the [`AmData`] (or [`Worker::am_data_release`]) |
+//! | `UCP_AM_RECV_ATTR_FLAG_RNDV`, the descriptor | [`AmMsg::is_rndv`], [`AmMsg::take_rndv`]: an [`AmRndv`] |
+//! | `ucp_am_recv_data_nbx` | [`Worker::am_recv_data_nbx`] (raw), [`Worker::am_recv_data`] (owned buffer, a future) |
 //! | `ucp_am_send_nbx` | [`Endpoint::am_send_nbx`] (raw), [`Endpoint::am_send`] (owned buffers, a future) |
 //! | `ucp_worker_query`'s `max_am_header` | [`Worker::am_max_header`] |
 
@@ -17,11 +19,12 @@ use bitflags::bitflags;
 use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
-use super::data::SendData;
+use super::data::{RecvData, SendData};
 use super::future::{FutState, RecvFuture, SendFuture};
 use super::{Endpoint, Request, Shared, Worker};
 use crate::core::am::{AmEntry, AmIn};
 use crate::dt::UserBuf;
+use crate::proto::Force;
 use crate::request::{RecvInfo, RequestParam};
 
 bitflags! {
@@ -46,7 +49,7 @@ bitflags! {
         const REPLY = 1 << 0;
         /// Eager protocols only (`UCP_AM_SEND_FLAG_EAGER`).
         const EAGER = 1 << 1;
-        /// Rendezvous only (`UCP_AM_SEND_FLAG_RNDV`): not available yet (`Unsupported`).
+        /// Rendezvous only (`UCP_AM_SEND_FLAG_RNDV`).
         const RNDV = 1 << 2;
         /// The header is copied, so it need only be valid during the call
         /// (`UCP_AM_SEND_FLAG_COPY_HEADER`).
@@ -72,14 +75,41 @@ impl<'a> AmMsg<'a> {
         self.inner.hdr
     }
 
-    /// The data (valid during the call; see [`AmMsg::take_data`]).
+    /// The data (valid during the call; see [`AmMsg::take_data`]). Empty for a rendezvous
+    /// message ([`AmMsg::is_rndv`]), whose data is received with [`Worker::am_recv_data_nbx`].
     pub fn data(&self) -> &[u8] {
         self.inner.data
     }
 
-    /// The data's length.
+    /// The data's length (of a rendezvous message: what its sender sends).
     pub fn length(&self) -> usize {
-        self.inner.data.len()
+        self.inner.length
+    }
+
+    /// Whether the message came by rendezvous (`UCP_AM_RECV_ATTR_FLAG_RNDV`): its data is
+    /// still with the sender; take the descriptor ([`AmMsg::take_rndv`]) to receive it, now
+    /// or later. Not taken, the data is dropped when the handler returns and the sender's
+    /// send completes.
+    pub fn is_rndv(&self) -> bool {
+        self.inner.rndv.is_some()
+    }
+
+    /// Takes a rendezvous message's descriptor (UCX's callback returning `UCS_INPROGRESS`
+    /// with it); `None` for an eager message, or when taken already.
+    pub fn take_rndv(&mut self) -> Option<AmRndv> {
+        let desc = self.inner.rndv?;
+        if self.inner.taken.get() {
+            return None;
+        }
+        let worker = Worker { shared: self.worker.upgrade()? };
+        self.inner.taken.set(true);
+        Some(AmRndv { worker, desc, length: self.inner.length, used: false })
+    }
+
+    /// The worker the message arrived on (to receive a rendezvous message's data from inside
+    /// the handler, say); `None` only while the worker is being destroyed.
+    pub fn worker(&self) -> Option<Worker> {
+        self.worker.upgrade().map(|shared| Worker { shared })
     }
 
     /// The endpoint to reply on, when the sender asked for one ([`AmSendFlags::REPLY`];
@@ -115,7 +145,8 @@ impl std::fmt::Debug for AmMsg<'_> {
         f.debug_struct("AmMsg")
             .field("id", &self.inner.id)
             .field("header", &self.inner.hdr.len())
-            .field("length", &self.inner.data.len())
+            .field("length", &self.inner.length)
+            .field("rndv", &self.inner.rndv.is_some())
             .field("reply_ep", &self.reply)
             .field("persistent", &self.inner.kept.is_some())
             .finish()
@@ -166,7 +197,94 @@ impl Drop for AmData {
     }
 }
 
+/// The descriptor of a rendezvous active message whose data is still with its sender: receive
+/// it with [`Worker::am_recv_data_nbx`] or [`Worker::am_recv_data`]. Dropped without that, the
+/// data is dropped and the sender's send completes with `Canceled` (UCX's
+/// `ucp_am_data_release` of a rendezvous descriptor).
+pub struct AmRndv {
+    worker: Worker,
+    desc: Id,
+    length: usize,
+    used: bool,
+}
+
+impl AmRndv {
+    /// Length of the data the sender sends.
+    pub fn length(&self) -> usize {
+        self.length
+    }
+}
+
+impl std::fmt::Debug for AmRndv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmRndv").field("length", &self.length).finish()
+    }
+}
+
+impl Drop for AmRndv {
+    fn drop(&mut self) {
+        if self.used {
+            return;
+        }
+        if let Ok(e) = self.worker.enter() {
+            e.core.am_drop_rndv(self.desc, Status::Canceled);
+        } else {
+            tracing::error!("AmRndv dropped outside its worker's thread; the sender is not told");
+        }
+    }
+}
+
 impl Worker {
+    /// Receives a rendezvous active message's data into `data` (`ucp_am_recv_data_nbx`), from
+    /// inside its handler or later. The request completes once the data is there (or with
+    /// `MessageTruncated` when `data` is shorter than [`AmRndv::length`]); the sender's send
+    /// completes then too.
+    ///
+    /// # Safety
+    /// The buffer (every iov entry, and an iov list itself) must stay valid, and not be
+    /// accessed, until the request completes.
+    pub unsafe fn am_recv_data_nbx(
+        &self,
+        mut desc: AmRndv,
+        data: RecvData<'_>,
+        param: RequestParam,
+    ) -> UcsResult<Request<'_>> {
+        desc.used = true;
+        let e = self.enter()?;
+        // SAFETY: forwarded from the caller.
+        let Some(buf) = (unsafe { data.into_buf() }) else {
+            e.core.am_drop_rndv(desc.desc, Status::InvalidParam);
+            return super::data::invalid_iov();
+        };
+        let rid = e.core.am_recv_data(desc.desc, buf, param)?;
+        Ok(Request { worker: self, id: rid })
+    }
+
+    /// Receives a rendezvous active message's data into an owned buffer; resolves to the
+    /// buffer and what arrived. Dropping the future cancels the receive (the buffer stays with
+    /// the worker until no transport writes into it).
+    pub fn am_recv_data<B>(&self, mut desc: AmRndv, buf: B) -> RecvFuture<B>
+    where
+        B: AsMut<[u8]> + Send + 'static,
+    {
+        desc.used = true;
+        let mut boxed = Box::new(buf);
+        let s = boxed.as_mut().as_mut();
+        // SAFETY: the buffer is boxed and handed to the worker below before any data can
+        // arrive into it from progress; the worker frees or returns it only once the request
+        // completed.
+        let ub = unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) };
+        let r = self.enter().and_then(|e| e.core.am_recv_data(desc.desc, ub, RequestParam::new()));
+        let state = match r {
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(rid) => {
+                self.give(rid, boxed);
+                FutState::Pending(rid)
+            }
+        };
+        RecvFuture { worker: self.clone(), state }
+    }
+
     /// Sets the handler of active-message id `id` (`ucp_worker_set_am_recv_handler`); `None`
     /// removes it. A message goes to the handler set when it arrived whole; one that arrives
     /// with no handler set is dropped (logged). The handler may send, reply, and set or
@@ -209,9 +327,9 @@ impl Worker {
 
 #[cold]
 #[inline(never)]
-fn rndv_unsupported<T>() -> UcsResult<T> {
-    tracing::error!("am_send_nbx: rendezvous active messages are not implemented yet");
-    Err(Status::Unsupported)
+fn both_protocols<T>() -> UcsResult<T> {
+    tracing::error!("am_send_nbx: the EAGER and RNDV flags exclude each other");
+    Err(Status::InvalidParam)
 }
 
 impl Endpoint {
@@ -268,9 +386,12 @@ impl Endpoint {
         flags: AmSendFlags,
         mut param: RequestParam,
     ) -> UcsResult<Option<Id>> {
-        if flags.contains(AmSendFlags::RNDV) {
-            return rndv_unsupported();
-        }
+        let force = match (flags.contains(AmSendFlags::EAGER), flags.contains(AmSendFlags::RNDV)) {
+            (false, false) => Force::Auto,
+            (true, false) => Force::Eager,
+            (false, true) => Force::Rndv,
+            (true, true) => return both_protocols(),
+        };
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
         let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
@@ -280,7 +401,7 @@ impl Endpoint {
             // SAFETY: the caller's promise: valid until the send completes.
             unsafe { UserBuf::contig(header.as_ptr() as *mut u8, header.len()) }
         };
-        e.core.am_send(self.id, id, hdr, buf, flags.contains(AmSendFlags::REPLY), param)
+        e.core.am_send(self.id, id, hdr, buf, flags.contains(AmSendFlags::REPLY), force, param)
     }
 }
 

@@ -38,7 +38,7 @@ mod future;
 mod request;
 mod rma;
 
-pub use am::{AmData, AmHandlerFlags, AmMsg, AmSendFlags};
+pub use am::{AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags};
 use data::detach;
 pub use data::{RecvData, RecvResult, SendData};
 pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};
