@@ -394,7 +394,9 @@ fn am(addr: &[u8]) {
                 let (len, ep) = (m.length(), ep.clone());
                 let w = m.worker().expect("worker");
                 let d = m.take_rndv().expect("descriptor");
-                r2.lock().unwrap().push((h, ep, w.am_recv_data(d, vec![0u8; len])));
+                // (The receive is started before the lock is taken.)
+                let f = w.am_recv_data(d, vec![0u8; len]);
+                r2.lock().unwrap().push((h, ep, f));
                 return;
             }
             // The send goes on after its future is dropped.
@@ -405,22 +407,25 @@ fn am(addr: &[u8]) {
     )
     .expect("handler");
     let ep = w.ep_create(addr).expect("endpoint to the test");
-    // Answers the rendezvous messages whose data arrived.
+    // Answers the rendezvous messages whose data arrived. No lock is held across a call into
+    // the worker: a send may run handlers (which take the lock).
     let serve = || {
         let waker = tests::peer::noop_waker();
         let mut cx = std::task::Context::from_waker(&waker);
-        let mut list = rndv.lock().unwrap();
-        let mut i = 0;
-        while i < list.len() {
-            match std::pin::Pin::new(&mut list[i].2).poll(&mut cx) {
-                std::task::Poll::Ready((data, r)) => {
-                    let (h, ep, _) = list.remove(i);
-                    r.expect("rendezvous receive");
-                    drop(ep.am_send(2, &h, data, AmSendFlags::empty()));
-                    echoed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                std::task::Poll::Pending => i += 1,
+        let mut list = std::mem::take(&mut *rndv.lock().unwrap());
+        let mut done = Vec::new();
+        list.retain_mut(|(h, ep, f)| match std::pin::Pin::new(f).poll(&mut cx) {
+            std::task::Poll::Ready((data, r)) => {
+                r.expect("rendezvous receive");
+                done.push((std::mem::take(h), ep.clone(), data));
+                false
             }
+            std::task::Poll::Pending => true,
+        });
+        rndv.lock().unwrap().splice(0..0, list);
+        for (h, ep, data) in done {
+            drop(ep.am_send(2, &h, data, AmSendFlags::empty()));
+            echoed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     };
     type Send<'a> = (Vec<u8>, Vec<u8>, Option<Request<'a>>);

@@ -96,14 +96,22 @@ fn record(w: &Worker, id: u16, keep: Option<Kept>) -> Log {
     w.set_am_recv_handler(
         id,
         Some(move |m: &mut AmMsg<'_>| {
-            let mut l = l.lock().unwrap();
-            let n = l.len();
             if m.is_rndv() {
                 let (len, w) = (m.length(), m.worker().expect("the worker"));
                 let d = m.take_rndv().expect("a descriptor");
-                l.push((m.id(), m.header().to_vec(), Got::Rndv(w.am_recv_data(d, vec![0u8; len]))));
+                // The message's place in the log is taken first; no lock is held across the
+                // call into the worker (which may run this handler again).
+                let n = {
+                    let mut l = l.lock().unwrap();
+                    l.push((m.id(), m.header().to_vec(), Got::Data(Vec::new())));
+                    l.len() - 1
+                };
+                let f = w.am_recv_data(d, vec![0u8; len]);
+                l.lock().unwrap()[n].2 = Got::Rndv(f);
                 return;
             }
+            let mut l = l.lock().unwrap();
+            let n = l.len();
             l.push((m.id(), m.header().to_vec(), Got::Data(m.data().to_vec())));
             if let Some(k) = &keep {
                 // Every seventh message's data is kept and checked at the end.
