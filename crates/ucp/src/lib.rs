@@ -42,6 +42,7 @@ pub mod request;
 pub(crate) mod rma;
 #[cfg(test)]
 mod sim;
+pub(crate) mod stream;
 pub mod tag;
 pub mod wire;
 mod wireup;
@@ -59,7 +60,7 @@ pub use tag::{Tag, FULL_MASK};
 pub use worker::{
     block_on, AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo,
     EventSource, LaneInfo, MemAttr, Message, Operand, ProgressDriver, RecvData, RecvFuture, RecvResult, RemoteKey,
-    Request, SendData, SendFuture, ThreadMode, Worker, WorkerParams,
+    Request, SendData, SendFuture, StreamData, StreamRecvFlags, ThreadMode, Worker, WorkerParams,
 };
 
 pub use ucs::Status;

@@ -262,6 +262,19 @@ impl Core {
         self.with_engine(|e| e.am.drop_rndv(&mut e.sh, desc, status));
     }
 
+    /// Keeps a piece of a stream (`ucp_stream_recv_data_nb`) in the table of kept messages:
+    /// its entry and where its bytes are.
+    pub(crate) fn keep_chunk(&self, c: crate::stream::Chunk) -> (Id, *const u8, usize) {
+        let n = c.rest().len();
+        let store = match c.bytes {
+            crate::stream::ChunkBytes::Desc(d) => KeptStore::Desc(d),
+            crate::stream::ChunkBytes::Heap(v) => KeptStore::Heap(v),
+        };
+        let k = AmKept { store, data: (c.off, n) };
+        let (p, len) = k.data();
+        (self.am_kept.borrow_mut().insert(k), p, len)
+    }
+
     /// Releases a kept message (`ucp_am_data_release`); a reassembly buffer goes back to the
     /// engine's family for reuse.
     pub fn am_release_into_engine(&self, kept: Id) {

@@ -35,6 +35,7 @@ mod mem;
 pub(crate) mod rma;
 mod rma_target;
 mod send;
+mod stream;
 pub(crate) mod wakeup;
 
 pub(crate) use iface::WorkerIface;
@@ -432,6 +433,9 @@ impl Core {
         }
         if matches!(id, wire::AM_AM_ONLY | wire::AM_AM_FIRST | wire::AM_AM_MIDDLE | wire::AM_AM_RTS) {
             return self.on_user_am(id, m);
+        }
+        if id == wire::AM_STREAM_DATA {
+            return self.with_engine(|e| e.stream.on_data(&mut e.sh, m));
         }
         let d = self.with_engine(|e| e.on_am(id, m));
         if let Some(d) = d {

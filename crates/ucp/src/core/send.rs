@@ -40,6 +40,7 @@ fn direct(io: &EpLanes, proto: Proto, buf: &UserBuf, msg: SendMsg, rep: u64) -> 
         let (id, hdr) = match msg {
             SendMsg::Tag(tag) => (wire::AM_EAGER_ONLY, tag),
             SendMsg::Am(a) => (wire::AM_AM_ONLY, a.word().word()),
+            SendMsg::Stream => (wire::AM_STREAM_DATA, rep),
         };
         return io.am().am_short(id, hdr, buf.contig_bytes().unwrap_or(&[]));
     }
@@ -314,9 +315,14 @@ impl Core {
         self.with_engine(|e| e.sh.release(id));
     }
 
-    /// Cancels a posted receive that has not matched.
+    /// Cancels a posted receive that has not matched, or a stream receive still waiting for
+    /// bytes (what it had goes back to its stream).
     pub fn req_cancel(&self, id: Id) {
-        self.with_engine(|e| e.sh.cancel(id));
+        self.with_engine(|e| {
+            if !e.stream.cancel(&mut e.sh, id) {
+                e.sh.cancel(id);
+            }
+        });
     }
 }
 

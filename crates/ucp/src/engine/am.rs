@@ -42,7 +42,7 @@ impl<L: Clone> Engine<L> {
             Ok(Msg::AmoRep(h)) => crate::rma::sw::on_amo_rep(sh, h),
             Ok(Msg::RmaFlush(h)) => crate::rma::sw::on_flush(sh, h),
             // The driver hands these to the active-message family.
-            Ok(Msg::Am(..) | Msg::AmFirst(..) | Msg::AmMiddle(..) | Msg::AmRts(..)) => {
+            Ok(Msg::Am(..) | Msg::AmFirst(..) | Msg::AmMiddle(..) | Msg::AmRts(..) | Msg::Stream(..)) => {
                 tracing::warn!("ucp: {} reached the engine; dropped", wire::am_name(id))
             }
             // Applied to memory by the driver, which never hands them here.

@@ -134,8 +134,10 @@ pub(crate) struct Engine<L> {
     pub tag: TagState,
     /// Endpoints created towards each other, matched by wireup.
     pub conn: ConnMatch,
-    /// Active messages: reassembly.
+    /// Active messages: reassembly, rendezvous descriptors.
     pub am: crate::am::AmState,
+    /// Every endpoint's byte stream.
+    pub stream: crate::stream::StreamState,
 }
 
 /// What every protocol shares: the requests, the endpoints, and the work for the driver.
@@ -174,6 +176,7 @@ impl<L: Clone> Engine<L> {
             tag: TagState::default(),
             conn: ConnMatch::default(),
             am: crate::am::AmState::default(),
+            stream: crate::stream::StreamState::default(),
         })
     }
 
@@ -207,6 +210,9 @@ impl<L: Clone> Engine<L> {
         let name = self.sh.eps.get(id).map(|e| e.remote.name.clone()).unwrap_or_default();
         let partial = self.tag.ep_failed(id.raw(), &name, status);
         self.am.ep_gone(id.raw(), &name, status);
+        for rid in self.stream.ep_gone(id.raw()) {
+            self.sh.finish(rid, status);
+        }
         self.sh.fail_ep_requests(id, status, partial);
     }
 
@@ -256,6 +262,9 @@ impl<L: Clone> Engine<L> {
     pub fn ep_destroy(&mut self, id: Id) {
         self.conn.forget(id);
         self.am.ep_gone(id.raw(), "a destroyed endpoint", Status::Canceled);
+        for rid in self.stream.ep_gone(id.raw()) {
+            self.sh.finish(rid, Status::Canceled);
+        }
         self.sh.ep_destroy(id);
     }
 

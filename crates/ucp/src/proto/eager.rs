@@ -27,14 +27,16 @@ pub(crate) fn whole_hdr(msg: SendMsg, sync: bool, rep: u64, sreq: u64) -> DataHd
         SendMsg::Tag(tag) if sync => DataHdr::EagerSync(wire::EagerSyncHdr { tag, ep: rep, sreq }),
         SendMsg::Tag(tag) => DataHdr::Eager(wire::EagerHdr { tag }),
         SendMsg::Am(a) => DataHdr::Am(wire::am::AmHdr { w: a.word(), ep: if a.reply { rep } else { 0 } }, a.hdr),
+        SendMsg::Stream => DataHdr::Stream(wire::StreamHdr { ep: rep }),
     }
 }
 
 /// The header of a whole message sent with `am_short` (which carries 8 bytes of header): the
-/// tag, or an active message's fixed fields (one without user header or reply endpoint).
+/// tag, an active message's fixed fields (one without user header or reply endpoint), or a
+/// stream's endpoint `rep`.
 #[inline]
-pub(crate) fn short_hdr(msg: SendMsg) -> DataHdr {
-    whole_hdr(msg, false, 0, 0)
+pub(crate) fn short_hdr(msg: SendMsg, rep: u64) -> DataHdr {
+    whole_hdr(msg, false, rep, 0)
 }
 
 /// The `am_short` of a whole message with header `hdr` (from [`short_hdr`]) and data `data`;
@@ -46,6 +48,7 @@ pub(crate) fn short_op(hdr: &DataHdr, data: UserBuf) -> Option<TxOp> {
         DataHdr::Am(h, u) if !h.w.reply() && u.is_empty() => {
             Some(TxOp::Short { id: wire::AM_AM_ONLY, hdr: h.w.word(), data })
         }
+        DataHdr::Stream(h) => Some(TxOp::Short { id: wire::AM_STREAM_DATA, hdr: h.ep, data }),
         _ => None,
     }
 }
@@ -57,6 +60,7 @@ pub(crate) fn whole_hdr_len(msg: SendMsg, sync: bool) -> usize {
         SendMsg::Tag(_) if sync => len::EAGER_SYNC_ONLY,
         SendMsg::Tag(_) => len::EAGER_ONLY,
         SendMsg::Am(a) => len::AM_ONLY + if a.reply { 8 } else { 0 } + a.hdr.len(),
+        SendMsg::Stream => len::STREAM,
     }
 }
 
@@ -72,6 +76,8 @@ pub(crate) fn frag_hdr(msg: SendMsg, rep: u64, msg_id: u64, total: usize, offset
             DataHdr::AmFirst(wire::am::AmFirstHdr { w: a.word(), ep: rep, msg_id, total }, a.hdr)
         }
         SendMsg::Am(_) => DataHdr::AmMiddle(wire::am::AmMiddleHdr(middle)),
+        // A stream has no message boundaries: every piece is stream data, in order.
+        SendMsg::Stream => DataHdr::Stream(wire::StreamHdr { ep: rep }),
     }
 }
 
@@ -103,7 +109,7 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let of = |offset, n| TxOf::Req { rid, offset, len: n };
     match s.phase {
         SendPhase::Queued => match s.proto {
-            Proto::EagerShort => match short_op(&short_hdr(s.msg.get()), s.buf) {
+            Proto::EagerShort => match short_op(&short_hdr(s.msg.get(), rep), s.buf) {
                 Some(op) => Next::Tx(Lane::Am, op, of(0, total)),
                 None => Next::Fail(Status::InvalidParam),
             },
@@ -117,6 +123,8 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
                 let (tag, user) = match s.msg.get() {
                     SendMsg::Tag(tag) => (tag, None),
                     SendMsg::Am(a) => (a.word().word(), Some(a.hdr)),
+                    // (A stream never selects rendezvous.)
+                    SendMsg::Stream => return Next::Fail(Status::Unsupported),
                 };
                 let seg = s.buf.contig_seg();
                 let offer = rts_offer(cfg, total, seg.is_some());

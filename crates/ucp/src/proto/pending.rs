@@ -173,7 +173,7 @@ impl<L: Clone> Shared<L> {
                 let (rep, max) = (ep.remote_id, ep.cfg.bcopy_max);
                 let (short, hdr, offset, len) = match s.phase {
                     SendPhase::Queued if s.proto == Proto::EagerShort => {
-                        (true, eager::short_hdr(s.msg.get()), 0, total)
+                        (true, eager::short_hdr(s.msg.get(), rep), 0, total)
                     }
                     SendPhase::Queued if s.proto == Proto::EagerBcopy => {
                         (false, eager::whole_hdr(s.msg.get(), s.sync, rep, rid.raw()), 0, total)

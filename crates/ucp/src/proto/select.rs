@@ -25,6 +25,8 @@ pub(crate) enum OpKind {
     /// ones (its user header, and 8 for a reply endpoint), with the protocol family its flags
     /// ask for.
     Am { hdr: u32, force: Force },
+    /// Bytes of a stream (`ucp_stream_send_nbx`): eager only, as in UCX.
+    Stream,
 }
 
 /// The protocol family an active message's flags ask for (`UCP_AM_SEND_FLAG_EAGER`,
@@ -47,6 +49,7 @@ impl OpKind {
             OpKind::TagSend => len::EAGER_ONLY,
             OpKind::TagSendSync => len::EAGER_SYNC_ONLY,
             OpKind::Am { hdr, .. } => len::AM_ONLY + hdr as usize,
+            OpKind::Stream => len::STREAM,
         }
     }
 
@@ -55,7 +58,7 @@ impl OpKind {
     #[inline(always)]
     fn zcopy_ok(self) -> bool {
         match self {
-            OpKind::TagSend | OpKind::TagSendSync => true,
+            OpKind::TagSend | OpKind::TagSendSync | OpKind::Stream => true,
             OpKind::Am { hdr, .. } => len::AM_FIRST + hdr as usize <= len::MAX_DATA_HDR,
         }
     }
@@ -63,14 +66,14 @@ impl OpKind {
     /// Whether the kind may go rendezvous (an active message sent with the eager flag may not).
     #[inline(always)]
     fn rndv_ok(self) -> bool {
-        !matches!(self, OpKind::Am { force: Force::Eager, .. })
+        !matches!(self, OpKind::Am { force: Force::Eager, .. } | OpKind::Stream)
     }
 
     /// Whether the kind may go eager short: `am_short` carries an 8-byte header, the tag; a
     /// synchronous send also needs its endpoint and request.
     #[inline(always)]
     fn short_ok(self) -> bool {
-        matches!(self, OpKind::TagSend | OpKind::Am { hdr: 0, .. })
+        matches!(self, OpKind::TagSend | OpKind::Am { hdr: 0, .. } | OpKind::Stream)
     }
 }
 

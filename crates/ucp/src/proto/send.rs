@@ -37,7 +37,7 @@ pub(crate) fn send_req<L: Clone>(
             e.queue.push_back(Pending::Send(rid));
             e.busy = true;
             let short = proto == Proto::EagerShort;
-            let hdr = if short { short_hdr(msg) } else { whole_hdr(msg, sync, e.remote_id, rid.raw()) };
+            let hdr = if short { short_hdr(msg, e.remote_id) } else { whole_hdr(msg, sync, e.remote_id, rid.raw()) };
             let len = buf.len();
             Ok((rid, Some(Front::Data { io: e.io.clone(), rid, short, hdr, buf, offset: 0, len })))
         }

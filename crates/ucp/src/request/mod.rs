@@ -89,6 +89,8 @@ pub(crate) enum SendMsg {
     Tag(Tag),
     /// An active message (`ucp_am_send_nbx`).
     Am(AmOut),
+    /// Bytes of the endpoint's stream (`ucp_stream_send_nbx`).
+    Stream,
 }
 
 impl SendMsg {
@@ -97,7 +99,7 @@ impl SendMsg {
     pub fn tag(&self) -> Tag {
         match self {
             SendMsg::Tag(t) => *t,
-            SendMsg::Am(_) => 0,
+            SendMsg::Am(_) | SendMsg::Stream => 0,
         }
     }
 }
@@ -122,12 +124,16 @@ impl AmOut {
 
 /// A [`SendMsg`] as a request keeps it, in 16 bytes (a request stays small): the tag, or an
 /// active message's fixed header word and its user header's address (never null: an empty
-/// header gets a dangling one), which tells the two apart.
+/// header gets a dangling one), or, for a stream, the address of [`STREAM_MARK`]; the address
+/// tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PackedMsg {
     word: u64,
     hdr: *const u8,
 }
+
+/// What a [`PackedMsg`] of a stream send points at.
+static STREAM_MARK: u8 = 0;
 
 impl PackedMsg {
     /// Packs `m`.
@@ -135,6 +141,7 @@ impl PackedMsg {
     pub fn new(m: SendMsg) -> PackedMsg {
         match m {
             SendMsg::Tag(tag) => PackedMsg { word: tag, hdr: std::ptr::null() },
+            SendMsg::Stream => PackedMsg { word: 0, hdr: &STREAM_MARK },
             SendMsg::Am(a) => {
                 let p = a.hdr.0.contig_seg().map_or(std::ptr::null(), |s| s.ptr.cast_const());
                 let hdr = if p.is_null() { std::ptr::NonNull::<u8>::dangling().as_ptr().cast_const() } else { p };
@@ -148,6 +155,9 @@ impl PackedMsg {
     pub fn get(self) -> SendMsg {
         if self.hdr.is_null() {
             return SendMsg::Tag(self.word);
+        }
+        if std::ptr::eq(self.hdr, &STREAM_MARK) {
+            return SendMsg::Stream;
         }
         let len = (self.word >> 32) as usize;
         // SAFETY: the user header the send was given (contiguous), under the promise its

@@ -1,7 +1,10 @@
 //! Eager headers: whole messages, fragments, and the acknowledgement of a synchronous send.
 
 use super::{len, Header, Reader, WireError, Writer};
-use super::{AM_EAGER_FIRST, AM_EAGER_MIDDLE, AM_EAGER_ONLY, AM_EAGER_SYNC_FIRST, AM_EAGER_SYNC_ONLY, AM_SYNC_ACK};
+use super::{
+    AM_EAGER_FIRST, AM_EAGER_MIDDLE, AM_EAGER_ONLY, AM_EAGER_SYNC_FIRST, AM_EAGER_SYNC_ONLY, AM_STREAM_DATA,
+    AM_SYNC_ACK,
+};
 use crate::tag::matcher::Tag;
 
 /// A whole eager message: its tag (also the 8-byte header of an `am_short`).
@@ -38,6 +41,39 @@ impl Header for EagerHdr {
     fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let mut w = Writer::new(buf, len::EAGER_ONLY)?;
         w.u64(self.tag);
+        Ok(w.done())
+    }
+}
+
+/// Bytes of an endpoint's stream: the receiver's endpoint to the sender (also the 8-byte
+/// header of an `am_short`). A stream has no message boundaries: every piece of a send is one
+/// such message, delivered in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamHdr {
+    /// The receiver's endpoint to the sender.
+    pub ep: u64,
+}
+
+impl StreamHdr {
+    /// The header and the bytes after it.
+    #[inline]
+    pub fn decode(data: &[u8]) -> Result<(Self, &[u8]), WireError> {
+        let mut r = Reader::new("stream data", data);
+        let ep = r.u64()?;
+        Ok((StreamHdr { ep }, r.rest()))
+    }
+}
+
+impl Header for StreamHdr {
+    fn am_id(&self) -> u8 {
+        AM_STREAM_DATA
+    }
+    fn encoded_len(&self) -> usize {
+        len::STREAM
+    }
+    fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        let mut w = Writer::new(buf, len::STREAM)?;
+        w.u64(self.ep);
         Ok(w.done())
     }
 }
@@ -225,6 +261,11 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn stream_round_trips(ep in any::<u64>(), p in payload()) {
+            round_trip(&StreamHdr { ep }, &p, StreamHdr::decode);
+        }
+
         #[test]
         fn eager_round_trips(tag in any::<u64>(), p in payload()) {
             round_trip(&EagerHdr { tag }, &p, EagerHdr::decode);

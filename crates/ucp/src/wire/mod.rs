@@ -31,6 +31,7 @@
 //! | 21 | active message first | [`am::AmFirstHdr`] id, flags, user header length, ep, msg id, total (32) | user header, first fragment |
 //! | 22 | active message middle | [`am::AmMiddleHdr`] ep, msg id, offset (24) | a later fragment |
 //! | 23 | active message rts | [`am::AmRtsHdr`]: an RTS with id, flags, user header length in the tag's place | user header |
+//! | 24 | stream data | [`StreamHdr`] ep (8) | bytes of the stream |
 //!
 //! Peers are never trusted beyond the format: `ep` fields hold the *receiver's* endpoint id
 //! for the sender (learned during wireup) so the receiver replies on the right endpoint, and
@@ -49,7 +50,7 @@ pub mod rma;
 mod rndv;
 pub mod wireup;
 
-pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, SyncAck};
+pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, StreamHdr, SyncAck};
 pub use rndv::{Atp, Ats, RndvDataHdr, RtrHdr, RtsHdr};
 pub use wireup::{EpAddr, WireupMsg};
 
@@ -103,9 +104,11 @@ pub const AM_AM_FIRST: u8 = 21;
 pub const AM_AM_MIDDLE: u8 = 22;
 /// Rendezvous request of an active message.
 pub const AM_AM_RTS: u8 = 23;
+/// Bytes of an endpoint's stream (`ucp_stream_send_nbx`).
+pub const AM_STREAM_DATA: u8 = 24;
 
 /// Every AM id UCP uses, for handler registration.
-pub const ALL_AM_IDS: [u8; 23] = [
+pub const ALL_AM_IDS: [u8; 24] = [
     AM_WIREUP,
     AM_EAGER_ONLY,
     AM_EAGER_FIRST,
@@ -129,6 +132,7 @@ pub const ALL_AM_IDS: [u8; 23] = [
     AM_AM_FIRST,
     AM_AM_MIDDLE,
     AM_AM_RTS,
+    AM_STREAM_DATA,
 ];
 
 /// Human name of an AM id, for logs.
@@ -157,6 +161,7 @@ pub fn am_name(id: u8) -> &'static str {
         AM_AM_FIRST => "active message first",
         AM_AM_MIDDLE => "active message middle",
         AM_AM_RTS => "active message rts",
+        AM_STREAM_DATA => "stream data",
         _ => "unknown",
     }
 }
@@ -184,6 +189,8 @@ pub mod len {
     pub const AM_ONLY: usize = 8;
     /// Active message first fragment: id, flags, user header length, ep, msg id, total.
     pub const AM_FIRST: usize = 32;
+    /// Stream data: ep.
+    pub const STREAM: usize = 8;
     /// The longest fixed header of a message with a payload (eager sync first); an active
     /// message's user header comes on top of its fixed header.
     pub const MAX_DATA_HDR: usize = EAGER_SYNC_FIRST;
@@ -341,6 +348,8 @@ pub enum Msg<'a> {
     AmMiddle(am::AmMiddleHdr, &'a [u8]),
     /// [`AM_AM_RTS`]: header, user header.
     AmRts(am::AmRtsHdr, &'a [u8]),
+    /// [`AM_STREAM_DATA`]: header, bytes.
+    Stream(StreamHdr, &'a [u8]),
 }
 
 impl<'a> Msg<'a> {
@@ -400,6 +409,10 @@ impl<'a> Msg<'a> {
             AM_AM_RTS => {
                 let (h, u) = am::AmRtsHdr::decode(data)?;
                 Msg::AmRts(h, u)
+            }
+            AM_STREAM_DATA => {
+                let (h, p) = StreamHdr::decode(data)?;
+                Msg::Stream(h, p)
             }
             _ => return Err(WireError::UnknownAmId(id)),
         })
@@ -585,7 +598,7 @@ pub(crate) mod tests {
             assert_ne!(am_name(id), "unknown");
         }
         assert_eq!(Msg::decode(0, &[]), Err(WireError::UnknownAmId(0)));
-        assert_eq!(Msg::decode(24, &[0; 64]), Err(WireError::UnknownAmId(24)));
+        assert_eq!(Msg::decode(25, &[0; 64]), Err(WireError::UnknownAmId(25)));
     }
 
     #[test]

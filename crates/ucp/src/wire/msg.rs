@@ -50,6 +50,8 @@ pub(crate) enum DataHdr {
     AmFirst(wire::am::AmFirstHdr, UserHdr),
     /// A later fragment of an active message.
     AmMiddle(wire::am::AmMiddleHdr),
+    /// Bytes of a stream.
+    Stream(wire::StreamHdr),
 }
 
 impl DataHdr {
@@ -64,6 +66,7 @@ impl DataHdr {
             DataHdr::Am(h, _) => h,
             DataHdr::AmFirst(h, _) => h,
             DataHdr::AmMiddle(h) => h,
+            DataHdr::Stream(h) => h,
         }
     }
 

@@ -169,6 +169,13 @@ unsafe impl Send for AmData {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for AmData {}
 
+impl AmData {
+    /// A handle on kept message `kept`, whose data is `len` bytes at `ptr`.
+    pub(super) fn new(worker: Worker, kept: Id, ptr: *const u8, len: usize) -> AmData {
+        AmData { worker, kept, ptr, len }
+    }
+}
+
 impl Deref for AmData {
     type Target = [u8];
 

@@ -37,6 +37,7 @@ mod endpoint;
 mod future;
 mod request;
 mod rma;
+mod stream;
 
 pub use am::{AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags};
 use data::detach;
@@ -46,6 +47,7 @@ use future::FutState;
 pub use future::{block_on, EventSource, ProgressDriver, RecvFuture, SendFuture};
 pub use request::Request;
 pub use rma::{AmoFuture, AmoReply, AtomicOp, MemAttr, Operand, RemoteKey};
+pub use stream::{StreamData, StreamRecvFlags};
 
 /// Parameters of [`Worker::new`] (`ucp_worker_params_t`).
 #[derive(Clone, Debug, Default)]

@@ -1,0 +1,139 @@
+//! The stream API (`ucp_stream_*`): a byte stream per endpoint.
+//!
+//! | UCX | here |
+//! |---|---|
+//! | `ucp_stream_send_nbx` | [`Endpoint::stream_send_nbx`] (raw), [`Endpoint::stream_send`] (owned buffer, a future) |
+//! | `ucp_stream_recv_nbx` (`UCP_STREAM_RECV_FLAG_WAITALL`) | [`Endpoint::stream_recv_nbx`] (raw), [`Endpoint::stream_recv`] (owned buffer, a future); [`StreamRecvFlags::WAITALL`] |
+//! | `ucp_stream_recv_data_nb`, `ucp_stream_data_release` | [`Endpoint::stream_recv_data_nb`]: a [`StreamData`] released when dropped |
+//! | `ucp_stream_worker_poll` | [`Worker::stream_poll`] |
+
+use bitflags::bitflags;
+use ucs::UcsResult;
+
+use super::am::AmData;
+use super::data::{RecvData, RecvResult, SendData};
+use super::future::{FutState, RecvFuture, SendFuture};
+use super::{Endpoint, Request, Worker};
+use crate::dt::UserBuf;
+use crate::request::{RecvInfo, RequestParam};
+use crate::stream::StreamRecvOut;
+
+bitflags! {
+    /// Stream receive flags (`ucp_stream_recv_flags_t`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct StreamRecvFlags: u32 {
+        /// Complete only when the whole buffer is filled (`UCP_STREAM_RECV_FLAG_WAITALL`);
+        /// without it a receive completes with the bytes there are (at least one).
+        const WAITALL = 1 << 0;
+    }
+}
+
+/// A piece of a stream received without a copy (`ucp_stream_recv_data_nb`): derefs to its
+/// bytes, released (`ucp_stream_data_release`) when dropped.
+pub type StreamData = AmData;
+
+impl Endpoint {
+    /// Sends `data` on the endpoint's stream (`ucp_stream_send_nbx`). `Ok(None)`: completed
+    /// at once.
+    ///
+    /// # Safety
+    /// The data (every iov entry, and an iov list itself) must stay valid and unmodified until
+    /// the request completes.
+    pub unsafe fn stream_send_nbx(&self, data: SendData<'_>, param: RequestParam) -> UcsResult<Option<Request<'_>>> {
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
+        let r = e.core.stream_send(self.id, buf, param)?;
+        Ok(r.map(|id| Request { worker: &self.worker, id }))
+    }
+
+    /// Sends an owned buffer on the stream; resolves to the buffer and the outcome.
+    pub fn stream_send<B: AsRef<[u8]> + Send + 'static>(&self, data: B) -> SendFuture<B> {
+        let boxed = Box::new(data);
+        let s = boxed.as_ref().as_ref();
+        let len = s.len();
+        // SAFETY: the data is boxed and handed to the worker below; it is returned or freed
+        // only after the request completed.
+        let ub = unsafe { UserBuf::contig(s.as_ptr() as *mut u8, len) };
+        let r = self.worker.enter().and_then(|e| e.core.stream_send(self.id, ub, RequestParam::new()));
+        let state = match r {
+            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: len, sender_tag: 0 })),
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(Some(rid)) => {
+                self.worker.give(rid, boxed);
+                FutState::Pending(rid)
+            }
+        };
+        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+    }
+
+    /// Receives from the endpoint's stream into `data` (`ucp_stream_recv_nbx`): completes with
+    /// the bytes there are (at least one; [`RecvInfo::length`] says how many), or with
+    /// [`StreamRecvFlags::WAITALL`] when `data` is full. Bytes go to receives in the order
+    /// they were posted.
+    ///
+    /// # Safety
+    /// The buffer (every iov entry, and an iov list itself) must stay valid, and not be
+    /// accessed, until the request completes.
+    pub unsafe fn stream_recv_nbx(
+        &self,
+        data: RecvData<'_>,
+        flags: StreamRecvFlags,
+        param: RequestParam,
+    ) -> UcsResult<RecvResult<'_>> {
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
+        Ok(match e.core.stream_recv(self.id, buf, flags.contains(StreamRecvFlags::WAITALL), param)? {
+            StreamRecvOut::Done(n) => RecvResult::Done(RecvInfo { length: n, sender_tag: 0 }),
+            StreamRecvOut::Req(id) => RecvResult::Pending(Request { worker: &self.worker, id }),
+        })
+    }
+
+    /// Receives from the stream into an owned buffer; resolves to the buffer and what arrived
+    /// (its first [`RecvInfo::length`] bytes). Dropping a pending future cancels the receive:
+    /// bytes it had taken go back to the stream, for the next receive.
+    pub fn stream_recv<B>(&self, buf: B, flags: StreamRecvFlags) -> RecvFuture<B>
+    where
+        B: AsMut<[u8]> + Send + 'static,
+    {
+        let mut boxed = Box::new(buf);
+        let s = boxed.as_mut().as_mut();
+        // SAFETY: the buffer is boxed and handed to the worker below before any data can
+        // arrive into it from progress; the worker frees or returns it only once the request
+        // completed.
+        let ub = unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) };
+        let waitall = flags.contains(StreamRecvFlags::WAITALL);
+        let r = self.worker.enter().and_then(|e| e.core.stream_recv(self.id, ub, waitall, RequestParam::new()));
+        let state = match r {
+            Ok(StreamRecvOut::Done(n)) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: n, sender_tag: 0 })),
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(StreamRecvOut::Req(rid)) => {
+                self.worker.give(rid, boxed);
+                FutState::Pending(rid)
+            }
+        };
+        RecvFuture { worker: self.worker.clone(), state }
+    }
+
+    /// The oldest piece of the stream that arrived and no receive took, without a copy
+    /// (`ucp_stream_recv_data_nb`); `None` when there is none (or receives wait for bytes).
+    pub fn stream_recv_data_nb(&self) -> UcsResult<Option<StreamData>> {
+        let e = self.worker.enter()?;
+        Ok(e.core.stream_recv_data(self.id).map(|(kept, p, n)| AmData::new(self.worker.clone(), kept, p, n)))
+    }
+}
+
+impl Worker {
+    /// The endpoints whose streams have bytes to receive (`ucp_stream_worker_poll`): each once
+    /// until more bytes come; up to `max`.
+    pub fn stream_poll(&self, max: usize) -> UcsResult<Vec<Endpoint>> {
+        let e = self.enter()?;
+        Ok(e.core.stream_poll(max).into_iter().map(|id| Endpoint { worker: self.clone(), id }).collect())
+    }
+
+    /// Releases a piece of a stream (`ucp_stream_data_release`); the same as dropping it.
+    pub fn stream_data_release(&self, data: StreamData) {
+        drop(data);
+    }
+}
