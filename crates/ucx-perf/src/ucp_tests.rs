@@ -13,6 +13,10 @@
 //! id 1; the receiver's handler counts arrivals, and a "receive" waits for the next one (as
 //! the reference's handler and `recv_started` do).
 //!
+//! Stream (`stream_lat`, `stream_bw`): the sender sends its buffer on the endpoint's stream;
+//! the receiver receives until it has the iteration's bytes, into its buffer (`-r recv`, the
+//! default) or as pieces it releases at once (`-r recv_data`), as the reference does.
+//!
 //! Loopback (`-l`): one worker with an endpoint to itself.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +26,7 @@ use std::cell::Cell;
 
 use ucp::{
     AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData,
-    RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
+    RecvResult, RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
@@ -40,18 +44,15 @@ pub struct UcpTestSpec<'a> {
 }
 
 impl UcpTestSpec<'_> {
-    /// Refuses what is not implemented yet: the stream tests, and multi-threaded runs.
+    /// Refuses what is not implemented yet: multi-threaded runs.
     pub fn check(&self) -> Result<(), String> {
         let p = self.params;
         let rma = matches!(
             p.test.command(),
             Command::Put | Command::Get | Command::Add | Command::Fadd | Command::Swap | Command::Cswap
         );
-        if !matches!(p.test.command(), Command::Tag | Command::TagSync | Command::Am) && !rma {
-            return Err(format!(
-                "UCP test {} is not implemented yet (tag, active-message, RMA and atomic tests are)",
-                p.test.name()
-            ));
+        if !matches!(p.test.command(), Command::Tag | Command::TagSync | Command::Am | Command::Stream) && !rma {
+            return Err(format!("UCP test {} is not implemented yet", p.test.name()));
         }
         if p.threads > 1 {
             return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
@@ -99,7 +100,11 @@ struct Setup {
 impl Setup {
     fn new(spec: &UcpTestSpec<'_>, oob: &mut dyn Exchange) -> Result<Setup, String> {
         let am = spec.params.test.command() == Command::Am;
-        let mut features = if am { Features::AM } else { Features::TAG };
+        let mut features = match spec.params.test.command() {
+            Command::Am => Features::AM,
+            Command::Stream => Features::STREAM,
+            _ => Features::TAG,
+        };
         if spec.sleep() {
             features |= Features::WAKEUP;
         }
@@ -193,6 +198,9 @@ pub(crate) fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) 
 struct Hot {
     sync: bool,
     am: bool,
+    stream: bool,
+    /// `-r recv_data`.
+    stream_data: bool,
     send_iov: bool,
     recv_iov: bool,
     sleep: bool,
@@ -209,6 +217,8 @@ impl Hot {
         Hot {
             sync: p.test.command() == Command::TagSync,
             am: p.test.command() == Command::Am,
+            stream: p.test.command() == Command::Stream,
+            stream_data: p.stream_recv_data,
             send_iov: spec.send_iov(),
             recv_iov: spec.recv_iov(),
             sleep: spec.sleep(),
@@ -309,6 +319,8 @@ impl<'a> Engine<'a> {
         let done = unsafe {
             if self.h.am {
                 self.s.ep.am_send_nbx_detached(AM_ID, &self.s.am_hdr, data, AmSendFlags::empty(), param)
+            } else if self.h.stream {
+                self.s.ep.stream_send_nbx_detached(data, param)
             } else if self.h.sync {
                 self.s.ep.tag_send_sync_nbx_detached(data, TAG, param)
             } else {
@@ -338,9 +350,52 @@ impl<'a> Engine<'a> {
         self.check()
     }
 
+    /// A stream "receive": the iteration's bytes, into the receive buffer or as pieces
+    /// released at once (`-r recv_data`), as the reference's `recv_stream`/`recv_stream_data`.
+    #[inline(never)]
+    fn stream_recv(&mut self) -> Result<(), String> {
+        let len = self.s.len;
+        let mut total = 0;
+        if self.h.stream_data {
+            // Bytes past this iteration's count toward it, as the reference counts them.
+            while total < len {
+                self.progress();
+                if let Some(d) = self.s.ep.stream_recv_data_nb().map_err(|e| format!("receive failed: {e}"))? {
+                    total += d.len();
+                }
+            }
+            return Ok(());
+        }
+        while total < len {
+            // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
+            // it while the receive is outstanding (waited for below).
+            let buf = unsafe { std::slice::from_raw_parts_mut(self.s.recv.as_ptr().add(total), len - total) };
+            let r = unsafe {
+                self.s.ep.stream_recv_nbx(RecvData::Contig(buf), StreamRecvFlags::empty(), RequestParam::new())
+            }
+            .map_err(|e| format!("receive failed: {e}"))?;
+            total += match r {
+                RecvResult::Done(i) => i.length,
+                RecvResult::Pending(req) => {
+                    while !req.is_completed() {
+                        self.progress();
+                    }
+                    if req.status() != Status::Ok {
+                        return Err(format!("receive failed: {}", req.status()));
+                    }
+                    req.recv_info().map_or(0, |i| i.length)
+                }
+            };
+        }
+        self.check()
+    }
+
     #[inline]
     fn recv(&mut self) -> Result<(), String> {
         let max = self.h.max;
+        if self.h.stream {
+            return self.stream_recv();
+        }
         if self.h.am {
             self.am_wait(max)?;
             self.am_expected += 1;
@@ -449,7 +504,7 @@ pub fn run(
     oob: &mut dyn Exchange,
     report: &mut dyn FnMut(&Measured, bool),
 ) -> Result<(), String> {
-    if !matches!(spec.params.test.command(), Command::Tag | Command::TagSync | Command::Am) {
+    if !matches!(spec.params.test.command(), Command::Tag | Command::TagSync | Command::Am | Command::Stream) {
         return crate::ucp_rma_tests::run(spec, oob, report);
     }
     let s = Setup::new(spec, oob)?;

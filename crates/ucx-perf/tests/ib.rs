@@ -70,6 +70,19 @@ fn ucp_tag_tests_over_rc_and_ud() {
 }
 
 #[test]
+fn ucp_am_and_stream_tests_over_rc_and_ud() {
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    for tls in ["rc_v", "ud_v"] {
+        run_ok(&["-t", "ucp_am_lat", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "ucp_am_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+        run_ok(&["-t", "stream_lat", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
+        run_ok(&["-t", "stream_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+    }
+}
+
+#[test]
 fn ucp_rma_tests_over_rc_and_ud() {
     if !uct_ib::testing::rdma_available() {
         return;

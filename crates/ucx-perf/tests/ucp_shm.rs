@@ -1,4 +1,4 @@
-//! `ucx-perf`'s UCP tag, RMA and atomic tests over shared memory (`UCX_TLS=shm,self`: posix and cma), two real
+//! `ucx-perf`'s UCP tag, active-message, stream, RMA and atomic tests over shared memory (`UCX_TLS=shm,self`: posix and cma), two real
 //! processes, with the options `ucx_perftest` has for them: datatypes (`-D contig|iov`),
 //! wildcard receives (`-C`), forced unexpected messages (`-U`), thread modes (`-M`) and
 //! sleeping on the worker's events (`-E sleep`), at sizes on both sides of the rendezvous
@@ -71,5 +71,28 @@ fn rma_and_atomic_tests() {
         &["-t", "ucp_swap", "-s", "4", "-n", "20000"],
         &["-t", "ucp_cswap", "-s", "8", "-n", "20000"],
         &["-t", "ucp_put_bw", "-s", "8", "-n", "20000", "-E", "sleep"],
+    ]);
+}
+
+#[test]
+fn active_message_tests() {
+    run_all(&[
+        &["-t", "ucp_am_lat", "-s", "8", "-n", "5000"],
+        &["-t", "ucp_am_bw", "-s", "8", "-n", "20000"],
+        &["-t", "ucp_am_lat", "-s", "100000", "-n", "200"],
+        &["-t", "ucp_am_bw", "-s", "1048576", "-n", "100"],
+        &["-t", "ucp_am_bw", "-s", "1000", "-n", "20000", "-H", "64"],
+        &["-t", "ucp_am_lat", "-s", "300,70000", "-n", "500", "-D", "iov,contig"],
+    ]);
+}
+
+#[test]
+fn stream_tests() {
+    run_all(&[
+        &["-t", "stream_lat", "-s", "8", "-n", "5000"],
+        &["-t", "stream_bw", "-s", "8", "-n", "20000"],
+        &["-t", "stream_lat", "-s", "100000", "-n", "200", "-r", "recv_data"],
+        &["-t", "stream_bw", "-s", "1048576", "-n", "100"],
+        &["-t", "stream_bw", "-s", "1000", "-n", "20000", "-r", "recv_data"],
     ]);
 }

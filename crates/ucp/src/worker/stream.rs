@@ -47,6 +47,20 @@ impl Endpoint {
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
 
+    /// [`stream_send_nbx`](Self::stream_send_nbx) without a request handle (as
+    /// [`Endpoint::tag_send_nbx_detached`]): `Ok(true)`: completed at once, and no callback
+    /// runs; `Ok(false)`: the callback reports the completion.
+    ///
+    /// # Safety
+    /// As [`Endpoint::stream_send_nbx`].
+    pub unsafe fn stream_send_nbx_detached(&self, data: SendData<'_>, param: RequestParam) -> UcsResult<bool> {
+        let param = super::data::detach(param, "stream_send_nbx_detached")?;
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
+        Ok(e.core.stream_send(self.id, buf, param)?.is_none())
+    }
+
     /// Sends an owned buffer on the stream; resolves to the buffer and the outcome.
     pub fn stream_send<B: AsRef<[u8]> + Send + 'static>(&self, data: B) -> SendFuture<B> {
         let boxed = Box::new(data);
