@@ -370,6 +370,7 @@ impl<'a> Engine<'a> {
             // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
             // it while the receive is outstanding (waited for below).
             let buf = unsafe { std::slice::from_raw_parts_mut(self.s.recv.as_ptr().add(total), len - total) };
+            // SAFETY: as above; the receive completes before the next one is posted.
             let r = unsafe {
                 self.s.ep.stream_recv_nbx(RecvData::Contig(buf), StreamRecvFlags::empty(), RequestParam::new())
             }
