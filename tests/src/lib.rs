@@ -15,6 +15,7 @@
 //! This library holds what the programs and the tests share.
 
 pub mod peer;
+pub mod stream;
 pub mod tag;
 pub mod text;
 pub mod wakeup;

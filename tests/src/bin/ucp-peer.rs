@@ -9,6 +9,7 @@
 //! | `wakeup ADDR ROUNDS` | says `addr A`, echoes `ROUNDS` messages (tag 1 in, tag 2 out) sleeping in `Worker::wait`, says `sleeps N` |
 //! | `rma ADDR` | remote memory access and atomics on command, on the test's memory and its own (see [`rma`]) |
 //! | `am ADDR` | says `addr A`; echoes active messages (id 1 back as id 2 on the reply endpoint), and sends on command (see [`am`]) |
+//! | `stream ADDR` | sends and receives its endpoint's stream on command, checked against `tests::stream` (see [`stream`]) |
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
 
@@ -45,6 +46,7 @@ fn main() {
         "wakeup" => wakeup(&addr, rest.first().and_then(|r| r.parse().ok()).expect("ROUNDS")),
         "rma" => rma(&addr),
         "am" => am(&addr),
+        "stream" => stream(&addr),
         other => panic!("unknown mode {other}"),
     }
 }
@@ -476,5 +478,41 @@ fn am(addr: &[u8]) {
     let t = Instant::now();
     while sends.iter().any(|(_, _, r)| r.as_ref().is_some_and(|r| !r.is_completed())) && t.elapsed() < TIMEOUT {
         w.progress();
+    }
+}
+
+/// The stream peer: its endpoint to the test carries the stream both ways. Commands, each
+/// answered with one line:
+///
+/// | command | answer |
+/// |---|---|
+/// | `send COUNT SEED MAX` | sends COUNT pieces (sizes from `Rng(SEED)`, up to MAX bytes) of the stream from where its last send ended; `sent END` once all completed |
+/// | `recv TOTAL SEED MAX` | receives TOTAL bytes from where its last receive ended (sizes from `Rng(SEED)`), checking each: `ok` or `wrong WHAT` |
+fn stream(addr: &[u8]) {
+    let w = worker(Features::STREAM, "stream-peer");
+    let rx = commands();
+    let ep = w.ep_create(addr).expect("endpoint to the test");
+    let limit = std::time::Duration::from_secs(300);
+    let (mut sent, mut received) = (0u64, 0u64);
+    while let Some(line) = next_command(&w, &rx) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 { f.get(i).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("'{line}'")) };
+        match f.first().copied() {
+            Some("send") => {
+                sent = tests::stream::send_pieces(&w, &ep, sent, num(1), num(2), num(3), limit);
+                say(&format!("sent {sent}"));
+            }
+            Some("recv") => {
+                let total = num(1);
+                match tests::stream::recv_checked(&w, &ep, received, total, num(2), num(3), limit) {
+                    Ok(()) => {
+                        received += total;
+                        say("ok");
+                    }
+                    Err(e) => say(&format!("wrong {e}")),
+                }
+            }
+            _ => break,
+        }
     }
 }

@@ -51,6 +51,8 @@ impl Chunk {
 struct EpStream {
     /// Bytes no receive took yet, oldest first (empty while receives wait).
     data: VecDeque<Chunk>,
+    /// How many bytes `data` holds.
+    queued: usize,
     /// Receives waiting for bytes, oldest first, and whether each waits for a full buffer.
     recvs: VecDeque<(Id, bool)>,
     /// Bytes came since the last poll reported the endpoint (UCX's ready list).
@@ -94,6 +96,7 @@ impl StreamState {
             return;
         }
         let off = wire::len::STREAM + taken;
+        es.queued += payload.len() - taken;
         es.data.push_back(Chunk { bytes: ChunkBytes::Desc(m.keep_in(&sh.kept_msgs)), off });
         es.ready = true;
     }
@@ -124,7 +127,7 @@ impl StreamState {
         if want == 0 {
             return Ok(StreamRecvOut::Done(0));
         }
-        let queued: usize = if es.recvs.is_empty() { es.data.iter().map(|c| c.rest().len()).sum() } else { 0 };
+        let queued = if es.recvs.is_empty() { es.queued } else { 0 };
         let at_once = queued >= want || (queued > 0 && !waitall);
         if !at_once && param.flags.contains(RequestFlags::FORCE_IMM_CMPL) {
             return Err(Status::NoResource);
@@ -139,6 +142,7 @@ impl StreamState {
             buf.copy_in(got, &rest[..n]).map_err(|_| Status::InvalidParam)?;
             got += n;
             c.off += n;
+            es.queued -= n;
             if c.rest().is_empty() {
                 es.data.pop_front();
             }
@@ -172,6 +176,9 @@ impl StreamState {
             return None;
         }
         let c = es.data.pop_front();
+        if let Some(c) = &c {
+            es.queued -= c.rest().len();
+        }
         if es.data.is_empty() {
             es.ready = false;
         }
@@ -204,6 +211,7 @@ impl StreamState {
                 if rr.received > 0 {
                     let mut back = vec![0u8; rr.received];
                     if rr.buf.copy_out(0, &mut back).is_ok() {
+                        es.queued += back.len();
                         es.data.push_front(Chunk { bytes: ChunkBytes::Heap(back), off: 0 });
                         es.ready = true;
                     } else {
