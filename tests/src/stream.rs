@@ -19,7 +19,7 @@ pub struct Rng(pub u64);
 
 impl Rng {
     /// The next value.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -28,8 +28,8 @@ impl Rng {
 
     /// A size from 1 to `max`, mostly small (99 in 100 up to 64 bytes).
     pub fn size(&mut self, max: u64) -> usize {
-        let cap = if self.next() % 100 == 0 { max } else { max.min(64) };
-        1 + (self.next() % cap.max(1)) as usize
+        let cap = if self.next_u64() % 100 == 0 { max } else { max.min(64) };
+        1 + (self.next_u64() % cap.max(1)) as usize
     }
 }
 
