@@ -153,8 +153,26 @@ impl Setup {
                 ));
             }
             let n = am_arrived.clone();
-            // Single-threaded: a plain increment (no locked instruction), as the reference's.
-            let handler = move |_m: &mut AmMsg<'_>| n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            // A rendezvous message's data goes into the receive buffer, and counts once it is
+            // there (the reference's `am_rndv_recv` and `am_data_recv_cb`).
+            let (rbuf, rlen) = (recv.as_ptr() as usize, len);
+            let handler = move |m: &mut AmMsg<'_>| {
+                if m.is_rndv() {
+                    let (Some(w), Some(d)) = (m.worker(), m.take_rndv()) else { return };
+                    // SAFETY: the receive buffer is `rlen` bytes and lives in `Setup` with the
+                    // worker; receives complete before the test ends (`drain` waits for the
+                    // count), and nothing else writes it meanwhile.
+                    let buf = unsafe { std::slice::from_raw_parts_mut(rbuf as *mut u8, rlen) };
+                    let p = RequestParam::new().callback_fn(am_rndv_done, Arc::as_ptr(&n) as usize);
+                    // SAFETY: as above.
+                    if let Err(e) = unsafe { w.am_recv_data_nbx(d, RecvData::Contig(buf), p) } {
+                        eprintln!("ucx-perf: am_recv_data_nbx failed: {e}");
+                    }
+                    return;
+                }
+                // Single-threaded: a plain increment (no locked instruction), as the reference's.
+                n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            };
             worker
                 .set_am_recv_handler(AM_ID, Some(handler), AmHandlerFlags::WHOLE_MSG)
                 .map_err(|e| format!("cannot set the AM handler: {e}"))?;
@@ -169,6 +187,17 @@ impl Drop for Setup {
             let _ = self.worker.mem_unmap(h);
         }
     }
+}
+
+/// The completion of a rendezvous active message's data: one more arrived (`user_data` is the
+/// address of the setup's arrival counter, which outlives every receive).
+fn am_rndv_done(status: Status, _info: ucp::RecvInfo, user_data: usize) {
+    if status.is_err() {
+        eprintln!("ucx-perf: a rendezvous active message failed: {status}");
+    }
+    // SAFETY: `user_data` is `Arc::as_ptr` of the counter `Setup` holds until the end.
+    let n = unsafe { &*(user_data as *const AtomicUsize) };
+    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// Outstanding operations of one kind, counted down by the completion callback (as the
