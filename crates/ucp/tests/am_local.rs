@@ -3,6 +3,9 @@
 //! to the limit, replies from inside the handler, kept data, handlers replaced or missing,
 //! and the errors.
 
+mod common;
+
+use common::noop_waker;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -104,18 +107,6 @@ fn record(w: &Worker, id: u16, flags: AmHandlerFlags) -> Log {
     )
     .unwrap();
     log
-}
-
-/// A waker that does nothing (the loops poll again anyway).
-fn noop_waker() -> std::task::Waker {
-    use std::task::{RawWaker, RawWakerVTable};
-    fn clone(_: *const ()) -> RawWaker {
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn noop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
-    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
-    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {

@@ -2,6 +2,9 @@
 //! and between two workers over shared memory (posix for memory the peer allocated, cma for
 //! its user memory), every size class of every route, both kinds of memory, and the errors.
 
+mod common;
+
+use common::noop_waker;
 use ucp::{
     AtomicOp, Context, ContextParams, Endpoint, Features, IoVec, MemHandle, Operand, RecvData, RemoteKey, RequestParam,
     SendData, Status, Worker, WorkerParams,
@@ -92,18 +95,6 @@ impl Pair {
         let packed = self.b.rkey_pack(h).unwrap();
         self.ep.rkey_unpack(&packed).unwrap()
     }
-}
-
-/// A waker that does nothing (the loop polls again anyway).
-fn noop_waker() -> std::task::Waker {
-    use std::task::{RawWaker, RawWakerVTable};
-    fn clone(_: *const ()) -> RawWaker {
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn noop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
-    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
-    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {

@@ -4,6 +4,9 @@
 //! zero-copy receive and release; poll; a dropped receive future gives its bytes back; and a
 //! property test of random sends against random receives.
 
+mod common;
+
+use common::noop_waker;
 use std::future::Future;
 use std::sync::Mutex;
 
@@ -112,17 +115,6 @@ fn send_all(a: &Worker, b: &Worker, ab: &Endpoint, data: &[u8]) {
         }
         assert_eq!(r.status(), Status::Ok);
     }
-}
-
-fn noop_waker() -> std::task::Waker {
-    use std::task::{RawWaker, RawWakerVTable};
-    fn clone(_: *const ()) -> RawWaker {
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn noop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
-    // SAFETY: the vtable's functions ignore the data pointer and do nothing.
-    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
 }
 
 /// A small deterministic generator.

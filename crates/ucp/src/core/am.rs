@@ -81,6 +81,19 @@ impl AmKept {
     }
 }
 
+/// [`Core::am_max_header`] of a worker with interfaces `ifaces` (computed once, at creation).
+pub(super) fn max_header(ifaces: &[super::iface::WorkerIface]) -> usize {
+    ifaces
+        .iter()
+        .filter(|w| w.attr.flags.contains(uct::IfaceFlags::AM_BCOPY))
+        .map(|w| {
+            w.attr.am.max_bcopy.saturating_sub((wire::len::AM_FIRST + 1).max(wire::len::RTS + uct::PackedKey::MAX))
+        })
+        .min()
+        .unwrap_or(0)
+        .min(u32::MAX as usize)
+}
+
 impl Core {
     /// Registers (or with `None` removes) the handler of active-message id `id`. A message
     /// goes to the handler registered when it arrived whole; one with no handler is dropped
@@ -101,16 +114,9 @@ impl Core {
     /// `max_am_header`): what one bcopy fragment of the smallest AM lane leaves after the
     /// longer of a rendezvous RTS with the longest key and the fixed header of a first fragment
     /// with one byte of data (so that every fragment of a multi-fragment message moves data).
+    #[inline]
     pub fn am_max_header(&self) -> usize {
-        self.ifaces
-            .iter()
-            .filter(|w| w.attr.flags.contains(uct::IfaceFlags::AM_BCOPY))
-            .map(|w| {
-                w.attr.am.max_bcopy.saturating_sub((wire::len::AM_FIRST + 1).max(wire::len::RTS + uct::PackedKey::MAX))
-            })
-            .min()
-            .unwrap_or(0)
-            .min(u32::MAX as usize)
+        self.am_max_hdr
     }
 
     /// Starts an active-message send (`ucp_am_send_nbx`) of data `buf` with user header `hdr`,
@@ -161,7 +167,7 @@ impl Core {
             return;
         };
         let taken = Cell::new(false);
-        let (kept, hdr_copy) = match a.bytes {
+        let (kept, (off, n)) = match a.bytes {
             AmBytes::Recv { m, hdr, data } if !m.is_desc() && !entry.persistent => {
                 // Inline in the transport's buffer and not to be kept: lent for the call.
                 let bytes = m.data();
@@ -205,7 +211,9 @@ impl Core {
                 let store = if m.is_desc() {
                     KeptStore::Desc(m.keep())
                 } else {
-                    // Copied whole (the user header stays readable during the call).
+                    // Copied whole (the user header stays readable during the call), into a
+                    // pool buffer or the heap: `AmRecv::keep_in` would keep a short one inside
+                    // the descriptor itself, which moves with the table's entries.
                     let pool = self.engine.borrow().sh.kept_msgs.clone();
                     match (len <= pool.elem_size()).then(|| pool.get_buf()).flatten() {
                         Some(mut b) => {
@@ -216,7 +224,7 @@ impl Core {
                     }
                 };
                 let k = AmKept { store, data: (data, len - data) };
-                (self.am_kept.borrow_mut().insert(k), Some(hdr))
+                (self.am_kept.borrow_mut().insert(k), hdr)
             }
             AmBytes::Owned { hdr, data } => {
                 let n = data.len();
@@ -230,12 +238,11 @@ impl Core {
             }
         };
         // The header is in the kept storage, before the data.
-        let (base, _) = self.am_kept.borrow().get(kept).map(|k| (k.base(), ())).unwrap_or((std::ptr::null(), ()));
-        let (off, n) = hdr_copy.unwrap_or((0, 0));
+        let Some(base) = self.am_kept.borrow().get(kept).map(AmKept::base) else { return };
         // SAFETY: `base` is the kept storage's start (stable while the entry lives, which is
         // at least until this function releases it below), and the header lies within the
         // message the engine decoded (`off + n` within it).
-        let h = if base.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(base.add(off), n) } };
+        let h = unsafe { std::slice::from_raw_parts(base.add(off), n) };
         self.deliver_kept(&entry, a.id, a.reply, kept, h, &taken);
         if !taken.get() {
             self.am_release_into_engine(kept);

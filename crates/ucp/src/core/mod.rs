@@ -83,6 +83,8 @@ pub(crate) struct Core {
     /// The completion lent to operations that usually complete within their call (fetching
     /// atomics on a shared-memory lane): see [`Core::zc_spare`].
     zc_spare: Cell<Option<exec::ZcComp>>,
+    /// The largest active-message user header ([`Core::am_max_header`]).
+    am_max_hdr: usize,
     /// Active-message handlers by id.
     am_handlers: RefCell<Vec<Option<am::AmEntry>>>,
     /// Active messages whose data a handler may keep or kept (see `core::am`).
@@ -115,6 +117,7 @@ impl Core {
                 result = result.and(Err(e));
                 Vec::new()
             });
+            let am_max_hdr = am::max_header(&ifaces);
             let mut engine = engine;
             engine.sh.local.packed = Rc::from(&packed[..]);
             Core {
@@ -131,6 +134,7 @@ impl Core {
                 rkeys: RefCell::new(IdTable::new()),
                 zc_comps: RefCell::new(Vec::new()),
                 zc_spare: Cell::new(None),
+                am_max_hdr,
                 am_handlers: RefCell::new(Vec::new()),
                 am_kept: RefCell::new(IdTable::new()),
                 retry: RefCell::new(Vec::new()),

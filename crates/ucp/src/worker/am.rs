@@ -20,7 +20,7 @@ use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
 use super::data::{RecvData, SendData};
-use super::future::{FutState, RecvFuture, SendFuture};
+use super::future::{RecvFuture, SendFuture};
 use super::{Endpoint, Request, Shared, Worker};
 use crate::core::am::{AmEntry, AmIn};
 use crate::dt::UserBuf;
@@ -98,12 +98,19 @@ impl<'a> AmMsg<'a> {
     /// with it); `None` for an eager message, or when taken already.
     pub fn take_rndv(&mut self) -> Option<AmRndv> {
         let desc = self.inner.rndv?;
+        let worker = self.take()?;
+        Some(AmRndv { worker, desc, length: self.inner.length, used: false })
+    }
+
+    /// Marks what the message holds (kept data or a descriptor) as the caller's: the worker
+    /// for the handle; `None` when taken already.
+    fn take(&mut self) -> Option<Worker> {
         if self.inner.taken.get() {
             return None;
         }
-        let worker = Worker { shared: self.worker.upgrade()? };
+        let worker = self.worker()?;
         self.inner.taken.set(true);
-        Some(AmRndv { worker, desc, length: self.inner.length, used: false })
+        Some(worker)
     }
 
     /// The worker the message arrived on (to receive a rendezvous message's data from inside
@@ -130,11 +137,7 @@ impl<'a> AmMsg<'a> {
     /// ([`AmMsg::data_persistent`]) or was taken already.
     pub fn take_data(&mut self) -> Option<AmData> {
         let kept = self.inner.kept?;
-        if self.inner.taken.get() {
-            return None;
-        }
-        let worker = Worker { shared: self.worker.upgrade()? };
-        self.inner.taken.set(true);
+        let worker = self.take()?;
         let (ptr, len) = (self.inner.data.as_ptr(), self.inner.data.len());
         Some(AmData { worker, kept, ptr, len })
     }
@@ -282,14 +285,7 @@ impl Worker {
         // completed.
         let ub = unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) };
         let r = self.enter().and_then(|e| e.core.am_recv_data(desc.desc, ub, RequestParam::new()));
-        let state = match r {
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(rid) => {
-                self.give(rid, boxed);
-                FutState::Pending(rid)
-            }
-        };
-        RecvFuture { worker: self.clone(), state }
+        RecvFuture::owned(self, boxed, r.map(Some), RecvInfo::default())
     }
 
     /// Sets the handler of active-message id `id` (`ucp_worker_set_am_recv_handler`); `None`
@@ -448,15 +444,7 @@ impl Endpoint {
         // SAFETY: the data is boxed and handed to the worker below; it is returned or freed
         // only after the request completed; the header is copied (COPY_HEADER).
         let r = unsafe { self.am_send_raw(id, header, SendData::Contig(s), flags, RequestParam::new()) };
-        let state = match r {
-            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: len, sender_tag: 0 })),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(Some(rid)) => {
-                self.worker.give(rid, boxed);
-                FutState::Pending(rid)
-            }
-        };
-        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+        SendFuture { inner: RecvFuture::owned(&self.worker, boxed, r, RecvInfo { length: len, sender_tag: 0 }) }
     }
 
     /// Sends an active message and progresses the worker until the send completed.

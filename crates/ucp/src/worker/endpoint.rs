@@ -4,7 +4,7 @@ use ucs::idtable::Id;
 use ucs::UcsResult;
 
 use super::data::{detach, SendData};
-use super::future::{FutState, RecvFuture, SendFuture};
+use super::future::{RecvFuture, SendFuture};
 use super::Request;
 use super::Worker;
 use crate::dt::UserBuf;
@@ -161,15 +161,7 @@ impl Endpoint {
         // only after the request completed.
         let ub = unsafe { UserBuf::contig(s.as_ptr() as *mut u8, len) };
         let r = self.worker.enter().and_then(|e| e.core.tag_send(self.id, ub, tag, sync, RequestParam::new()));
-        let state = match r {
-            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: len, sender_tag: tag })),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(Some(id)) => {
-                self.worker.give(id, boxed);
-                FutState::Pending(id)
-            }
-        };
-        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+        SendFuture { inner: RecvFuture::owned(&self.worker, boxed, r, RecvInfo { length: len, sender_tag: tag }) }
     }
 
     /// Names the transport of each lane (`ucp_ep_query`).

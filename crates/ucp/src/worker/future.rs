@@ -28,6 +28,23 @@ pub struct RecvFuture<B: 'static> {
     pub(crate) state: FutState<B>,
 }
 
+impl<B: Send + 'static> RecvFuture<B> {
+    /// The future of an operation on the owned buffer `boxed`, given how starting it went:
+    /// `Ok(None)`, completed at once with `done`; `Ok(Some(id))`, request `id`, which holds the
+    /// buffer until it completes; an error, at once.
+    pub(crate) fn owned(worker: &Worker, boxed: Box<B>, r: ucs::UcsResult<Option<Id>>, done: RecvInfo) -> Self {
+        let state = match r {
+            Ok(None) => FutState::Ready(Some(*boxed), Ok(done)),
+            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
+            Ok(Some(id)) => {
+                worker.give(id, boxed);
+                FutState::Pending(id)
+            }
+        };
+        RecvFuture { worker: worker.clone(), state }
+    }
+}
+
 impl<B: 'static> Unpin for RecvFuture<B> {}
 
 impl<B: 'static> Future for RecvFuture<B> {

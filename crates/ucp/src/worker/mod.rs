@@ -43,7 +43,6 @@ pub use am::{AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags};
 use data::detach;
 pub use data::{RecvData, RecvResult, SendData};
 pub use endpoint::{CloseMode, Endpoint, EpInfo, LaneInfo};
-use future::FutState;
 pub use future::{block_on, EventSource, ProgressDriver, RecvFuture, SendFuture};
 pub use request::Request;
 pub use rma::{AmoFuture, AmoReply, AtomicOp, MemAttr, Operand, RemoteKey};
@@ -408,15 +407,12 @@ impl Worker {
         // into it from progress; the worker frees or returns it only once the request completed.
         let ub = unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) };
         let r = self.enter().and_then(|e| e.core.tag_recv(ub, tag, mask, RequestParam::new()));
-        let state = match r {
-            Ok(RecvOut::Done(info)) => FutState::Ready(Some(*boxed), Ok(info)),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(RecvOut::Req(id)) => {
-                self.give(id, boxed);
-                FutState::Pending(id)
-            }
+        let (r, info) = match r {
+            Ok(RecvOut::Done(info)) => (Ok(None), info),
+            Ok(RecvOut::Req(id)) => (Ok(Some(id)), RecvInfo::default()),
+            Err(e) => (Err(e), RecvInfo::default()),
         };
-        RecvFuture { worker: self.clone(), state }
+        RecvFuture::owned(self, boxed, r, info)
     }
 
     /// Hands an owned buffer to request `id`.

@@ -20,7 +20,7 @@ use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
 use super::data::{RecvData, SendData};
-use super::future::{FutState, RecvFuture, SendFuture};
+use super::future::{RecvFuture, SendFuture};
 use super::{Endpoint, Entered, Request, Worker};
 use crate::core::rma::{Rkey, RmaOp};
 use crate::dt::UserBuf;
@@ -473,15 +473,7 @@ impl Endpoint {
 
     /// The future of an operation on an owned buffer, given what starting it returned.
     fn owned_future<B: Send + 'static>(&self, boxed: Box<B>, r: UcsResult<Option<Id>>) -> SendFuture<B> {
-        let state = match r {
-            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo::default())),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(Some(id)) => {
-                self.worker.give(id, boxed);
-                FutState::Pending(id)
-            }
-        };
-        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+        SendFuture { inner: RecvFuture::owned(&self.worker, boxed, r, RecvInfo::default()) }
     }
 }
 

@@ -12,7 +12,7 @@ use ucs::UcsResult;
 
 use super::am::AmData;
 use super::data::{RecvData, RecvResult, SendData};
-use super::future::{FutState, RecvFuture, SendFuture};
+use super::future::{RecvFuture, SendFuture};
 use super::{Endpoint, Request, Worker};
 use crate::dt::UserBuf;
 use crate::request::{RecvInfo, RequestParam};
@@ -70,15 +70,7 @@ impl Endpoint {
         // only after the request completed.
         let ub = unsafe { UserBuf::contig(s.as_ptr() as *mut u8, len) };
         let r = self.worker.enter().and_then(|e| e.core.stream_send(self.id, ub, RequestParam::new()));
-        let state = match r {
-            Ok(None) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: len, sender_tag: 0 })),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(Some(rid)) => {
-                self.worker.give(rid, boxed);
-                FutState::Pending(rid)
-            }
-        };
-        SendFuture { inner: RecvFuture { worker: self.worker.clone(), state } }
+        SendFuture { inner: RecvFuture::owned(&self.worker, boxed, r, RecvInfo { length: len, sender_tag: 0 }) }
     }
 
     /// Receives from the endpoint's stream into `data` (`ucp_stream_recv_nbx`): completes with
@@ -119,15 +111,12 @@ impl Endpoint {
         let ub = unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) };
         let waitall = flags.contains(StreamRecvFlags::WAITALL);
         let r = self.worker.enter().and_then(|e| e.core.stream_recv(self.id, ub, waitall, RequestParam::new()));
-        let state = match r {
-            Ok(StreamRecvOut::Done(n)) => FutState::Ready(Some(*boxed), Ok(RecvInfo { length: n, sender_tag: 0 })),
-            Err(e) => FutState::Ready(Some(*boxed), Err(e)),
-            Ok(StreamRecvOut::Req(rid)) => {
-                self.worker.give(rid, boxed);
-                FutState::Pending(rid)
-            }
+        let (r, n) = match r {
+            Ok(StreamRecvOut::Done(n)) => (Ok(None), n),
+            Ok(StreamRecvOut::Req(rid)) => (Ok(Some(rid)), 0),
+            Err(e) => (Err(e), 0),
         };
-        RecvFuture { worker: self.worker.clone(), state }
+        RecvFuture::owned(&self.worker, boxed, r, RecvInfo { length: n, sender_tag: 0 })
     }
 
     /// The oldest piece of the stream that arrived and no receive took, without a copy
