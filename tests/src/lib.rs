@@ -14,6 +14,7 @@
 //! commands from stdin; the tests read them through [`peer::Peer`], always with a time limit.
 //! This library holds what the programs and the tests share.
 
+pub mod generic;
 pub mod peer;
 pub mod stream;
 pub mod tag;

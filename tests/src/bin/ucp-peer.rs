@@ -10,6 +10,7 @@
 //! | `rma ADDR` | remote memory access and atomics on command, on the test's memory and its own (see [`rma`]) |
 //! | `am ADDR` | says `addr A`; echoes active messages (id 1 back as id 2 on the reply endpoint), and sends on command (see [`am`]) |
 //! | `stream ADDR` | sends and receives its endpoint's stream on command, checked against `tests::stream` (see [`stream`]) |
+//! | `generic ADDR` | says `addr A`; echoes tagged messages, active messages and stream bytes through generic datatypes (see [`generic`]) |
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
 
@@ -47,6 +48,7 @@ fn main() {
         "rma" => rma(&addr),
         "am" => am(&addr),
         "stream" => stream(&addr),
+        "generic" => generic(&addr),
         other => panic!("unknown mode {other}"),
     }
 }
@@ -513,6 +515,208 @@ fn stream(addr: &[u8]) {
                 }
             }
             _ => break,
+        }
+    }
+}
+
+/// The largest tagged message the generic peer echoes.
+const GENERIC_TAG_CAP: usize = 1 << 20;
+/// The most stream bytes one receive of the generic peer takes.
+const GENERIC_STREAM_CAP: usize = 64 << 10;
+
+/// Where a receive's callback leaves its outcome: status and length.
+type Outcome = std::sync::Arc<std::sync::Mutex<Option<(Status, usize)>>>;
+
+/// Parameters whose callback leaves the outcome in `o`.
+fn noting(o: &Outcome) -> RequestParam {
+    let o = o.clone();
+    RequestParam::new().callback(move |s, i| *o.lock().unwrap() = Some((s, i.length)))
+}
+
+/// A receive started with [`noting`]: its outcome now if it completed at once (the handle of a
+/// pending one is let go: the callback reports it).
+fn noted(r: Result<RecvResult<'_>, Status>, o: &Outcome) {
+    match r.expect("generic receive") {
+        RecvResult::Done(i) => *o.lock().unwrap() = Some((Status::Ok, i.length)),
+        RecvResult::Pending(r) => drop(r),
+    }
+}
+
+/// The generic-datatype echo: everything it receives lands in strided destinations through a
+/// generic datatype (`tests::generic::Strided`, 4-byte blocks every 7 bytes) and goes back
+/// packed by the same datatype:
+///
+/// * tagged messages with tag 1 come back with tag 2;
+/// * active messages with id 3 come back as id 4 on the reply endpoint (a rendezvous one is
+///   received with `am_recv_data_nbx` first);
+/// * stream bytes come back on the endpoint they arrived on, piece by piece.
+///
+/// Sends are detached: the callback owns the source and reports a failure. It runs until
+/// stdin closes, then waits for its sends.
+fn generic(addr: &[u8]) {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+    type AmIn = (ucp::Endpoint, Vec<u8>, Option<ucp::AmRndv>, usize);
+    let w = worker(Features::TAG | Features::AM | Features::STREAM, "generic-peer");
+    let rx = commands();
+    let ops = tests::generic::Strided::new(4, 7);
+    let dt = ops.datatype();
+    let am_in: Arc<Mutex<Vec<AmIn>>> = Default::default();
+    let a2 = am_in.clone();
+    w.set_am_recv_handler(
+        3,
+        Some(move |m: &mut AmMsg<'_>| {
+            let Some(ep) = m.reply_ep().cloned() else {
+                eprintln!("generic-peer: an active message without a reply endpoint");
+                return;
+            };
+            let len = m.length();
+            let (data, rndv) = if m.is_rndv() { (Vec::new(), m.take_rndv()) } else { (m.data().to_vec(), None) };
+            a2.lock().unwrap().push((ep, data, rndv, len));
+        }),
+        AmHandlerFlags::WHOLE_MSG,
+    )
+    .expect("handler");
+    let ep = w.ep_create(addr).expect("endpoint to the test");
+    say(&format!("addr {}", hex(w.address())));
+    let inflight = Arc::new(AtomicUsize::new(0));
+    // A detached send's parameters: the callback keeps the source until the send completed.
+    let echo_param = |src: Vec<u8>| {
+        let n = inflight.clone();
+        n.fetch_add(1, SeqCst);
+        RequestParam::new().callback(move |s, _| {
+            let _source = &src;
+            assert_eq!(s, Status::Ok, "generic echo send");
+            n.fetch_sub(1, SeqCst);
+        })
+    };
+    // A detached send completed at once: no callback runs.
+    let at_once = |done: bool| {
+        if done {
+            inflight.fetch_sub(1, SeqCst);
+        }
+    };
+    let tag_o: Outcome = Default::default();
+    let post_tag = |buf: &mut Vec<u8>| {
+        // SAFETY: `buf` is not touched until the receive completed (its heap bytes stay put).
+        noted(
+            unsafe {
+                w.tag_recv_nbx(
+                    RecvData::Generic { dt: &dt, buffer: buf.as_mut_ptr(), count: GENERIC_TAG_CAP },
+                    1,
+                    FULL_MASK,
+                    noting(&tag_o),
+                )
+            },
+            &tag_o,
+        )
+    };
+    let mut tag_buf = vec![0xeeu8; ops.span(GENERIC_TAG_CAP)];
+    post_tag(&mut tag_buf);
+    // Rendezvous active messages being received: reply endpoint, destination, outcome.
+    let mut am_rx: Vec<(ucp::Endpoint, Vec<u8>, Outcome)> = Vec::new();
+    // Stream receives: endpoint, destination, outcome (`None`: none posted).
+    let mut st_rx: Vec<(ucp::Endpoint, Vec<u8>, Option<Outcome>)> = Vec::new();
+    let mut closed_at = None::<Instant>;
+    while closed_at.is_none() || inflight.load(SeqCst) > 0 {
+        if closed_at.is_none() && matches!(rx.try_recv(), Err(TryRecvError::Disconnected)) {
+            closed_at = Some(Instant::now());
+        }
+        if closed_at.is_some_and(|t| t.elapsed() > TIMEOUT) {
+            eprintln!("generic-peer: {} sends did not complete", inflight.load(SeqCst));
+            break;
+        }
+        w.progress();
+        // Tagged: echo what arrived, post again.
+        while let Some((status, n)) = tag_o.lock().unwrap().take() {
+            let src = std::mem::replace(&mut tag_buf, vec![0xeeu8; ops.span(GENERIC_TAG_CAP)]);
+            post_tag(&mut tag_buf);
+            assert_eq!(status, Status::Ok, "generic tagged receive");
+            let p = src.as_ptr();
+            // SAFETY: the callback owns the source until the send completed.
+            let r = unsafe {
+                ep.tag_send_nbx_detached(SendData::Generic { dt: &dt, buffer: p, count: n }, 2, echo_param(src))
+            };
+            at_once(r.expect("generic tag send"));
+        }
+        // Active messages: eager data goes back at once, rendezvous data once received.
+        let arrived = std::mem::take(&mut *am_in.lock().unwrap());
+        let am_echo = |ep: &ucp::Endpoint, src: Vec<u8>, n: usize| {
+            let p = src.as_ptr();
+            // SAFETY: the callback owns the source until the send completed.
+            let r = unsafe {
+                ep.am_send_nbx_detached(
+                    4,
+                    &[],
+                    SendData::Generic { dt: &dt, buffer: p, count: n },
+                    AmSendFlags::empty(),
+                    echo_param(src),
+                )
+            };
+            at_once(r.expect("generic am send"));
+        };
+        for (rep, data, rndv, n) in arrived {
+            match rndv {
+                None => am_echo(&rep, ops.scatter(&data), n),
+                Some(d) => {
+                    let mut buf = vec![0xeeu8; ops.span(n)];
+                    let o: Outcome = Default::default();
+                    // SAFETY: `buf` moves into `am_rx` (its heap bytes stay put) until the
+                    // receive completed.
+                    let r = unsafe {
+                        w.am_recv_data_nbx(
+                            d,
+                            RecvData::Generic { dt: &dt, buffer: buf.as_mut_ptr(), count: n },
+                            noting(&o),
+                        )
+                    };
+                    drop(r.expect("generic am_recv_data_nbx"));
+                    am_rx.push((rep, buf, o));
+                }
+            }
+        }
+        let mut i = 0;
+        while i < am_rx.len() {
+            let Some((status, n)) = *am_rx[i].2.lock().unwrap() else {
+                i += 1;
+                continue;
+            };
+            let (rep, buf, _) = am_rx.swap_remove(i);
+            assert_eq!(status, Status::Ok, "rendezvous active message");
+            am_echo(&rep, buf, n);
+        }
+        // Stream: endpoints with bytes get a receive; completed receives are echoed.
+        for e in w.stream_poll(8).expect("stream_poll") {
+            if !st_rx.iter().any(|(x, _, _)| *x == e) {
+                st_rx.push((e, vec![0xeeu8; ops.span(GENERIC_STREAM_CAP)], None));
+            }
+        }
+        for (e, buf, slot) in st_rx.iter_mut() {
+            loop {
+                if slot.is_none() {
+                    let o: Outcome = Default::default();
+                    // SAFETY: `buf` is not touched until the receive completed.
+                    let r = unsafe {
+                        e.stream_recv_nbx(
+                            RecvData::Generic { dt: &dt, buffer: buf.as_mut_ptr(), count: GENERIC_STREAM_CAP },
+                            ucp::StreamRecvFlags::empty(),
+                            noting(&o),
+                        )
+                    };
+                    noted(r, &o);
+                    *slot = Some(o);
+                }
+                let Some((status, n)) = slot.as_ref().and_then(|o| o.lock().unwrap().take()) else { break };
+                *slot = None;
+                assert_eq!(status, Status::Ok, "generic stream receive");
+                let echo = ops.scatter(&ops.gather(buf, n));
+                let p = echo.as_ptr();
+                // SAFETY: the callback owns the source until the send completed.
+                let r = unsafe {
+                    e.stream_send_nbx_detached(SendData::Generic { dt: &dt, buffer: p, count: n }, echo_param(echo))
+                };
+                at_once(r.expect("generic stream send"));
+            }
         }
     }
 }

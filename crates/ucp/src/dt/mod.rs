@@ -5,10 +5,17 @@
 //! `unsafe` constructors of [`UserBuf`]; from then on the protocols copy in and out through
 //! safe, bounds-checked methods and never touch a raw pointer themselves.
 //!
-//! Two layouts today: contiguous, and an iov list (`ucp_dt_iov_t`) read in place. Generic
-//! datatypes (pack/unpack callbacks) come with their own issue.
+//! Three layouts: contiguous, an iov list (`ucp_dt_iov_t`) read in place, and generic
+//! (`ucp_dt_create_generic`: the user's pack and unpack callbacks, in `generic`).
+
+use std::ptr::NonNull;
 
 use ucs::{Status, UcsResult};
+
+mod generic;
+
+pub(crate) use generic::{fold_status, GenState};
+pub use generic::{Datatype, GenericDatatype, PackState, UnpackState};
 
 /// One buffer of an iov datatype (`ucp_dt_iov_t`).
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +62,9 @@ enum Layout {
         list: *const Seg,
         n: usize,
     },
+    /// A generic datatype's state for this operation (pack or unpack), kept alive by the
+    /// operation's owner (the API call, then the request: [`GenState`]).
+    Generic(NonNull<GenState>),
 }
 
 /// User memory of one operation: valid for the accesses the operation makes until it
@@ -108,7 +118,82 @@ impl UserBuf {
         })
     }
 
-    /// The pieces.
+    /// A generic datatype's buffer: `st`'s packed size, packed or unpacked by its callbacks.
+    /// The buffer holds `st`'s reference until [`UserBuf::end_call`].
+    ///
+    /// # Safety
+    /// [`UserBuf::end_call`] must be called once on this buffer (or a copy) when the call
+    /// that made it is done, and no copy used after the operation completed: the call holds
+    /// the state alive until then, and a request made for the operation takes its own
+    /// reference ([`UserBuf::generic_ref`]) until it completes.
+    #[inline]
+    pub unsafe fn generic(st: std::rc::Rc<GenState>) -> UserBuf {
+        let p = std::rc::Rc::into_raw(st).cast_mut();
+        // SAFETY: `Rc::into_raw` never gives null.
+        UserBuf { layout: Layout::Generic(unsafe { NonNull::new_unchecked(p) }) }
+    }
+
+    /// Ends the call that made this buffer: a generic datatype's call reference goes (its
+    /// state lives on in a request made for the operation, else the user's `finish` runs now)
+    /// and the first error its callbacks returned is answered. Nothing for other layouts.
+    ///
+    /// # Safety
+    /// Once per buffer made by [`UserBuf::generic`], outside the engine, after the call.
+    #[inline(always)]
+    pub unsafe fn end_call(self) -> Option<Status> {
+        match self.layout {
+            // SAFETY: forwarded from the caller.
+            Layout::Generic(p) => unsafe { end_generic(p) },
+            _ => None,
+        }
+    }
+
+    /// The generic datatype's state of this buffer, if it is one.
+    #[inline(always)]
+    fn gen(&self) -> Option<&GenState> {
+        match self.layout {
+            // SAFETY: alive while the operation lasts (the contract of `UserBuf::generic`),
+            // and this handle is used only then.
+            Layout::Generic(p) => Some(unsafe { p.as_ref() }),
+            _ => None,
+        }
+    }
+
+    /// Another reference to a generic datatype's state, for a request made for the
+    /// operation: it keeps the state (and the user's callbacks' state) until the request
+    /// completes.
+    #[inline]
+    pub fn generic_ref(&self) -> Option<std::rc::Rc<GenState>> {
+        match self.layout {
+            Layout::Generic(p) => {
+                // SAFETY: `p` came from a live `Rc<GenState>` (`UserBuf::generic`), alive
+                // while the operation lasts: one more strong reference to it is sound.
+                Some(unsafe {
+                    std::rc::Rc::increment_strong_count(p.as_ptr().cast_const());
+                    std::rc::Rc::from_raw(p.as_ptr().cast_const())
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// `status` with the first error of a generic datatype's callbacks folded in
+    /// ([`fold_status`]): the status an operation on this buffer completes with.
+    #[inline(always)]
+    pub fn fold_status(&self, status: Status) -> Status {
+        match self.layout {
+            Layout::Generic(_) => fold_status(status, self.gen()),
+            _ => status,
+        }
+    }
+
+    /// Whether this is a generic datatype's buffer.
+    #[inline(always)]
+    pub fn is_generic(&self) -> bool {
+        matches!(self.layout, Layout::Generic(_))
+    }
+
+    /// The pieces (none for a generic datatype, whose bytes only its callbacks reach).
     #[inline]
     fn segs(&self) -> &[Seg] {
         match &self.layout {
@@ -116,16 +201,18 @@ impl UserBuf {
             // SAFETY: the caller's list, valid while the operation lasts (`UserBuf::iov`), of
             // `IoVec`s, which have `Seg`'s layout (asserted above).
             Layout::Iov { list, n } => unsafe { std::slice::from_raw_parts(*list, *n) },
+            Layout::Generic(_) => &[],
         }
     }
 
     /// Length in bytes (of an iov list: the sum of its pieces, which `UserBuf::iov` checked
-    /// does not overflow).
+    /// does not overflow; of a generic datatype: its packed size).
     #[inline(always)]
     pub fn len(&self) -> usize {
         match self.layout {
             Layout::Contig(s) => s.len,
             Layout::Iov { .. } => self.segs().iter().map(|s| s.len).sum(),
+            Layout::Generic(_) => self.gen().map_or(0, GenState::len),
         }
     }
 
@@ -134,7 +221,7 @@ impl UserBuf {
     pub fn contig_seg(&self) -> Option<Seg> {
         match self.layout {
             Layout::Contig(s) => Some(s),
-            Layout::Iov { .. } => None,
+            Layout::Iov { .. } | Layout::Generic(_) => None,
         }
     }
 
@@ -179,11 +266,16 @@ impl UserBuf {
     }
 
     /// Copies bytes `offset..offset + dst.len()` of the buffer into `dst`; `MessageTruncated`
-    /// (nothing copied) when the range is not within the buffer.
+    /// (nothing copied) when the range is not within the buffer. A generic datatype packs
+    /// them; a pack callback's error leaves zeros and is kept for the operation's completion
+    /// ([`UserBuf::fold_status`]); an unpack state cannot pack (`Unsupported`).
     #[inline]
     pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> UcsResult<()> {
         if !self.holds(offset, dst.len()) {
             return Err(Status::MessageTruncated);
+        }
+        if let Some(g) = self.gen() {
+            return g.pack(offset, dst);
         }
         let d = dst.as_mut_ptr();
         self.pieces(offset, dst.len(), |p, at, n| {
@@ -210,12 +302,19 @@ impl UserBuf {
         self.copy_in_pieces(offset, src)
     }
 
-    /// [`UserBuf::copy_in`] for an iov list, out of line so that the contiguous case stays
+    /// [`UserBuf::copy_in`] for an iov list or a generic datatype, out of line so that the contiguous case stays
     /// small enough to inline into the receive paths.
+    ///
+    /// A generic datatype unpacks; an unpack callback's error drops the bytes and is kept for
+    /// the operation's completion ([`UserBuf::fold_status`]): `Ok`, as the bytes were
+    /// taken. A pack state cannot unpack (`Unsupported`).
     #[inline(never)]
     fn copy_in_pieces(&self, offset: usize, src: &[u8]) -> UcsResult<()> {
         if !self.holds(offset, src.len()) {
             return Err(Status::MessageTruncated);
+        }
+        if let Some(g) = self.gen() {
+            return g.unpack(offset, src);
         }
         self.pieces(offset, src.len(), |p, at, n| {
             // SAFETY: as in `copy_out`, with the roles swapped.
@@ -241,6 +340,18 @@ impl UserBuf {
     pub fn addr(&self) -> u64 {
         self.contig_seg().map_or(0, |s| s.ptr as u64)
     }
+}
+
+/// [`UserBuf::end_call`] of a generic datatype's buffer.
+///
+/// # Safety
+/// As [`UserBuf::end_call`].
+#[cold]
+#[inline(never)]
+unsafe fn end_generic(p: NonNull<GenState>) -> Option<Status> {
+    // SAFETY: the reference `UserBuf::generic` took, given back once (the caller's promise).
+    let st = unsafe { std::rc::Rc::from_raw(p.as_ptr().cast_const()) };
+    st.error()
 }
 
 #[cfg(test)]

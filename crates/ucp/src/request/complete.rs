@@ -53,6 +53,7 @@ pub(crate) struct CompletedFull {
     callback: Option<Callback>,
     waker: Option<Waker>,
     owned: Option<Box<dyn std::any::Any + Send>>,
+    dt: Option<std::rc::Rc<crate::dt::GenState>>,
 }
 
 impl std::fmt::Debug for CompletedFull {
@@ -62,11 +63,13 @@ impl std::fmt::Debug for CompletedFull {
 }
 
 impl CompletedFull {
-    /// Drops a held buffer, runs the callbacks, wakes the future.
+    /// Drops a held buffer and a generic datatype's state (its `finish`), runs the callbacks,
+    /// wakes the future.
     #[inline(never)]
     pub fn run(self) {
-        let CompletedFull { status, info, cb_fn, callback, waker, owned } = self;
+        let CompletedFull { status, info, cb_fn, callback, waker, owned, dt } = self;
         drop(owned);
+        drop(dt);
         if let Some(cb) = callback {
             cb(status, info);
         }
@@ -87,7 +90,7 @@ pub(crate) fn completed_at_once(
     status: Status,
     info: RecvInfo,
 ) -> CompletedFull {
-    CompletedFull { status, info, cb_fn, callback, waker: None, owned: None }
+    CompletedFull { status, info, cb_fn, callback, waker: None, owned: None, dt: None }
 }
 
 impl Reqs {
@@ -183,6 +186,10 @@ impl Reqs {
         // off first) leaves the queues now, before its slot can be freed.
         self.unpost(id);
         let r = self.tab.get_mut(id)?;
+        // A generic datatype's state goes now (dropped outside the engine: the user's
+        // `finish`), and a callback's error is what the request reports.
+        let dt = r.ext.as_mut().and_then(|e| e.dt.take());
+        let status = crate::dt::fold_status(status, dt.as_deref());
         r.status = status;
         let info = r.info;
         let cb_fn = r.cb_fn.take();
@@ -198,10 +205,10 @@ impl Reqs {
                 None => (None, None, None),
             }
         };
-        if cb_fn.is_none() && callback.is_none() && waker.is_none() && owned.is_none() {
+        if cb_fn.is_none() && callback.is_none() && waker.is_none() && owned.is_none() && dt.is_none() {
             return None;
         }
-        Some(CompletedFull { status, info, cb_fn, callback, waker, owned })
+        Some(CompletedFull { status, info, cb_fn, callback, waker, owned, dt })
     }
 
     /// Status and receive info of a request (`NoElem` for an unknown one).

@@ -352,11 +352,26 @@ pub(crate) struct ReqExt {
     pub waker: Option<Waker>,
     /// A buffer the worker holds for a future until the transport is done with it.
     pub owned: Option<Box<dyn Any + Send>>,
+    /// The operation's generic datatype state (`UserBuf::generic`): kept until the request
+    /// completes, then dropped outside the engine (the user's `finish`).
+    pub dt: Option<std::rc::Rc<crate::dt::GenState>>,
 }
 
 impl ReqState {
+    /// A request of `kind`; one over a generic datatype's buffer takes a reference to its
+    /// state (kept until it completes).
     #[inline]
     pub fn new(kind: ReqKind, callback: Option<Callback>, cb_fn: Option<(CallbackFn, usize)>, released: bool) -> Self {
+        let dt = match &kind {
+            ReqKind::Send(s) => s.buf.generic_ref(),
+            ReqKind::Recv(r) => r.buf.generic_ref(),
+            _ => None,
+        };
+        let ext = if callback.is_some() || dt.is_some() {
+            Some(Box::new(ReqExt { callback, dt, ..Default::default() }))
+        } else {
+            None
+        };
         ReqState {
             kind,
             exp: ExpEntry::NONE,
@@ -364,7 +379,7 @@ impl ReqState {
             info: RecvInfo::default(),
             released,
             cb_fn,
-            ext: callback.map(|cb| Box::new(ReqExt { callback: Some(cb), ..Default::default() })),
+            ext,
         }
     }
 

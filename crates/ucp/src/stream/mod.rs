@@ -235,7 +235,9 @@ impl StreamState {
             let Some(i) = es.recvs.iter().position(|&(r, _)| r == rid) else { continue };
             es.recvs.remove(i);
             if let Some(ReqState { kind: ReqKind::Recv(rr), .. }) = sh.reqs.tab.get_mut(rid) {
-                if rr.received > 0 {
+                // A generic datatype's receive cannot give back what it unpacked: those bytes
+                // stay delivered (the cancelled request's length says how many).
+                if rr.received > 0 && !rr.buf.is_generic() {
                     let mut back = vec![0u8; rr.received];
                     if rr.buf.copy_out(0, &mut back).is_ok() {
                         es.queued += back.len();

@@ -112,10 +112,10 @@ impl TagState {
         sync: Option<(u64, u64)>,
         param: RequestParam,
     ) -> UcsResult<RecvOut> {
-        let status = match buf.copy_in(0, payload) {
+        let status = buf.fold_status(match buf.copy_in(0, payload) {
             Ok(()) => Status::Ok,
             Err(e) => e,
-        };
+        });
         if let Some((ep, sreq)) = sync {
             self.sync_ack(sh, ep, sreq);
         }

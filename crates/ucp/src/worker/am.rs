@@ -263,10 +263,12 @@ impl Worker {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
         let Some(buf) = (unsafe { data.into_buf() }) else {
-            e.core.am_drop_rndv(desc.desc, Status::InvalidParam);
-            return super::data::invalid_iov();
+            let r = super::data::invalid_data();
+            e.core.am_drop_rndv(desc.desc, r.as_ref().err().copied().unwrap_or(Status::InvalidParam));
+            return r;
         };
-        let rid = e.core.am_recv_data(desc.desc, buf, param)?;
+        let r = e.core.am_recv_data(desc.desc, buf, param);
+        let rid = super::data::end_call(buf, r, |_| false)?;
         Ok(Request { worker: self, id: rid })
     }
 
@@ -397,14 +399,15 @@ impl Endpoint {
         };
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
         let hdr = if flags.contains(AmSendFlags::COPY_HEADER) && !header.is_empty() {
             copy_header(header, &mut param)
         } else {
             // SAFETY: the caller's promise: valid until the send completes.
             unsafe { UserBuf::contig(header.as_ptr() as *mut u8, header.len()) }
         };
-        e.core.am_send(self.id, id, hdr, buf, flags.contains(AmSendFlags::REPLY), force, param)
+        let r = e.core.am_send(self.id, id, hdr, buf, flags.contains(AmSendFlags::REPLY), force, param);
+        super::data::end_call(buf, r, Option::is_none)
     }
 }
 

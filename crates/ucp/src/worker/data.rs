@@ -5,7 +5,7 @@
 use ucs::{Status, UcsResult};
 
 use super::Request;
-use crate::dt::{IoVec, UserBuf};
+use crate::dt::{Datatype, GenState, IoVec, UserBuf};
 use crate::request::{RecvInfo, RequestFlags, RequestParam};
 
 /// Receive buffer of the raw API.
@@ -15,6 +15,16 @@ pub enum RecvData<'a> {
     Contig(&'a mut [u8]),
     /// Scattered buffers (`ucp_dt_iov_t`).
     Iov(&'a [IoVec]),
+    /// A generic datatype (`ucp_dt_create_generic`): its `start_unpack(buffer, count)` makes
+    /// the receive's state, which takes the message at offsets (see [`Datatype`]).
+    Generic {
+        /// The datatype.
+        dt: &'a Datatype,
+        /// Passed to `start_unpack` untouched.
+        buffer: *mut u8,
+        /// Passed to `start_unpack` untouched.
+        count: usize,
+    },
 }
 
 impl RecvData<'_> {
@@ -22,8 +32,9 @@ impl RecvData<'_> {
     ///
     /// # Safety
     /// The memory (and an iov list itself) must stay valid, and not be accessed, until the
-    /// operation completes. `None`: an invalid iov list (see [`UserBuf::iov`]; the caller
-    /// reports `InvalidParam`).
+    /// operation completes. `None`: an invalid iov list (see [`UserBuf::iov`]) or a generic
+    /// datatype whose start failed; the caller reports [`invalid_data`]. A buffer made here
+    /// is given back with [`end_call`] once the call is done with it.
     #[inline(always)]
     pub(crate) unsafe fn into_buf(self) -> Option<UserBuf> {
         match self {
@@ -31,6 +42,7 @@ impl RecvData<'_> {
             RecvData::Contig(s) => Some(unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) }),
             // SAFETY: forwarded from the caller.
             RecvData::Iov(v) => unsafe { UserBuf::iov(v) },
+            RecvData::Generic { dt, buffer, count } => generic_buf(dt.start_unpack(buffer, count)),
         }
     }
 }
@@ -42,6 +54,16 @@ pub enum SendData<'a> {
     Contig(&'a [u8]),
     /// Gathered buffers (`ucp_dt_iov_t`).
     Iov(&'a [IoVec]),
+    /// A generic datatype (`ucp_dt_create_generic`): its `start_pack(buffer, count)` makes
+    /// the send's state, which produces the message at offsets (see [`Datatype`]).
+    Generic {
+        /// The datatype.
+        dt: &'a Datatype,
+        /// Passed to `start_pack` untouched.
+        buffer: *const u8,
+        /// Passed to `start_pack` untouched.
+        count: usize,
+    },
 }
 
 impl SendData<'_> {
@@ -49,7 +71,9 @@ impl SendData<'_> {
     ///
     /// # Safety
     /// The memory (and an iov list itself) must stay valid and unmodified until the operation
-    /// completes. `None`: an invalid iov list (the caller reports `InvalidParam`).
+    /// completes. `None`: an invalid iov list or a generic datatype whose start failed (the
+    /// caller reports [`invalid_data`]). A buffer made here is given back with [`end_call`]
+    /// once the call is done with it.
     #[inline(always)]
     pub(crate) unsafe fn into_buf(self) -> Option<UserBuf> {
         match self {
@@ -57,15 +81,62 @@ impl SendData<'_> {
             SendData::Contig(s) => Some(unsafe { UserBuf::contig(s.as_ptr() as *mut u8, s.len()) }),
             // SAFETY: forwarded from the caller.
             SendData::Iov(v) => unsafe { UserBuf::iov(v) },
+            SendData::Generic { dt, buffer, count } => generic_buf(dt.start_pack(buffer, count)),
+        }
+    }
+
+    /// Whether this is a generic datatype (which remote memory access does not take).
+    pub(crate) fn is_generic(&self) -> bool {
+        matches!(self, SendData::Generic { .. })
+    }
+}
+
+thread_local! {
+    /// The error of the last generic datatype start that failed on this thread, for
+    /// [`invalid_data`] to report right after. (`into_buf` answers an `Option`, not a
+    /// `Result`, for the reason [`UserBuf::iov`] gives.)
+    static START_ERROR: std::cell::Cell<Option<Status>> = const { std::cell::Cell::new(None) };
+}
+
+/// The buffer of a generic datatype's operation whose start went as `st`.
+#[cold]
+#[inline(never)]
+fn generic_buf(st: UcsResult<std::rc::Rc<GenState>>) -> Option<UserBuf> {
+    match st {
+        // SAFETY: the buffer holds the call's reference until `end_call`; a request made
+        // for the operation takes its own.
+        Ok(st) => Some(unsafe { UserBuf::generic(st) }),
+        Err(e) => {
+            START_ERROR.with(|c| c.set(Some(e)));
+            None
         }
     }
 }
 
-/// The error of an invalid iov list (logged by [`UserBuf::iov`]).
+/// The error of data `into_buf` refused: a generic datatype's start error, or `InvalidParam`
+/// for an invalid iov list (logged by [`UserBuf::iov`]).
 #[cold]
 #[inline(never)]
-pub(crate) fn invalid_iov<T>() -> UcsResult<T> {
-    Err(Status::InvalidParam)
+pub(crate) fn invalid_data<T>() -> UcsResult<T> {
+    Err(START_ERROR.with(|c| c.take()).unwrap_or(Status::InvalidParam))
+}
+
+/// Ends the call that made `buf` with `into_buf` and whose core call went as `r`
+/// (`at_once`: whether a success completed the operation without a request): a generic
+/// datatype's call reference goes (a request made for the operation keeps its own; else the
+/// user's `finish` runs now), and an operation that completed at once reports a callback's
+/// error instead of its success. Must be called once, outside the engine, for every buffer
+/// `into_buf` made.
+#[inline(always)]
+pub(crate) fn end_call<T>(buf: UserBuf, r: UcsResult<T>, at_once: impl FnOnce(&T) -> bool) -> UcsResult<T> {
+    // SAFETY: `buf` came from `into_buf` and this is the one call that ends it.
+    match unsafe { buf.end_call() } {
+        None => r,
+        Some(e) => match r {
+            Ok(v) if at_once(&v) => Err(e),
+            r => r,
+        },
+    }
 }
 
 /// The parameters of a detached operation (no request handle), or the error of asking for

@@ -30,6 +30,16 @@ pub struct Endpoint {
     pub(crate) id: Id,
 }
 
+/// Handles are equal when they name the same endpoint of the same worker (as `ucp_ep_h`
+/// pointers compare).
+impl PartialEq for Endpoint {
+    fn eq(&self, o: &Endpoint) -> bool {
+        self.id == o.id && std::sync::Arc::ptr_eq(&self.worker.shared, &o.worker.shared)
+    }
+}
+
+impl Eq for Endpoint {}
+
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("id", &self.id).finish()
@@ -115,8 +125,9 @@ impl Endpoint {
     unsafe fn send_raw(&self, data: SendData<'_>, tag: Tag, sync: bool, param: RequestParam) -> UcsResult<Option<Id>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
-        e.core.tag_send(self.id, buf, tag, sync, param)
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let r = e.core.tag_send(self.id, buf, tag, sync, param);
+        super::data::end_call(buf, r, Option::is_none)
     }
 
     /// # Safety

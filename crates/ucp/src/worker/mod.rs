@@ -354,8 +354,9 @@ impl Worker {
     unsafe fn recv_raw(&self, data: RecvData<'_>, tag: Tag, mask: Tag, param: RequestParam) -> UcsResult<RecvOut> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return data::invalid_iov() };
-        e.core.tag_recv(buf, tag, mask, param)
+        let Some(buf) = (unsafe { data.into_buf() }) else { return data::invalid_data() };
+        let r = e.core.tag_recv(buf, tag, mask, param);
+        data::end_call(buf, r, |o| matches!(o, RecvOut::Done(_)))
     }
 
     /// [`tag_recv_nbx`](Self::tag_recv_nbx) without a request handle, for a caller that learns
@@ -471,8 +472,9 @@ impl Worker {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return data::invalid_iov() };
-        let out = e.core.msg_recv(buf, msg.id, param)?;
+        let Some(buf) = (unsafe { data.into_buf() }) else { return data::invalid_data() };
+        let r = e.core.msg_recv(buf, msg.id, param);
+        let out = data::end_call(buf, r, |o| matches!(o, RecvOut::Done(_)))?;
         Ok(self.recv_result(out))
     }
 

@@ -42,8 +42,9 @@ impl Endpoint {
     pub unsafe fn stream_send_nbx(&self, data: SendData<'_>, param: RequestParam) -> UcsResult<Option<Request<'_>>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
-        let r = e.core.stream_send(self.id, buf, param)?;
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let r = e.core.stream_send(self.id, buf, param);
+        let r = super::data::end_call(buf, r, Option::is_none)?;
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
 
@@ -57,8 +58,9 @@ impl Endpoint {
         let param = super::data::detach(param, "stream_send_nbx_detached")?;
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
-        Ok(e.core.stream_send(self.id, buf, param)?.is_none())
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let r = e.core.stream_send(self.id, buf, param);
+        Ok(super::data::end_call(buf, r, Option::is_none)?.is_none())
     }
 
     /// Sends an owned buffer on the stream; resolves to the buffer and the outcome.
@@ -89,8 +91,9 @@ impl Endpoint {
     ) -> UcsResult<RecvResult<'_>> {
         let e = self.worker.enter()?;
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_iov() };
-        Ok(match e.core.stream_recv(self.id, buf, flags.contains(StreamRecvFlags::WAITALL), param)? {
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let r = e.core.stream_recv(self.id, buf, flags.contains(StreamRecvFlags::WAITALL), param);
+        Ok(match super::data::end_call(buf, r, |o| matches!(o, StreamRecvOut::Done(_)))? {
             StreamRecvOut::Done(n) => RecvResult::Done(RecvInfo { length: n, sender_tag: 0 }),
             StreamRecvOut::Req(id) => RecvResult::Pending(Request { worker: &self.worker, id }),
         })
