@@ -3,8 +3,10 @@
 //! The layer applications program against: a [`Context`] (features, `UCX_*` configuration,
 //! resources), a [`Worker`] (progress, wakeup, the address peers connect to), [`Endpoint`]s
 //! with wireup, MPI tag matching with eager and rendezvous protocols, [`Request`]s and futures,
-//! remote memory access and atomics ([`RemoteKey`], `Endpoint::put_nbx` ...). Active messages
-//! and stream come next, as families of the same engine. It
+//! remote memory access and atomics ([`RemoteKey`], `Endpoint::put_nbx` ...), active messages
+//! (`Endpoint::am_send_nbx`, `Worker::set_am_recv_handler`), the stream API
+//! (`Endpoint::stream_send_nbx` ...), and contiguous, iov and generic datatypes
+//! ([`Datatype`], `ucp_dt_create_generic`) for all of them but remote memory access. It
 //! discovers transports through `uct` and chooses among them by capability and performance
 //! model; it never names a concrete transport.
 //!

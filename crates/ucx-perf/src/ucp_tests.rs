@@ -6,8 +6,10 @@
 //! * unidirectional stream: side 1 sends, side 0 receives; at most `-O` (default 32) sends and
 //!   receives outstanding on each side.
 //! * `-C` receives with a zero mask (wildcard); `-U` probes until the message is there before
-//!   posting the receive (the unexpected path); `-D contig|iov` (the `-s` list gives the iov
-//!   entries); `-M` the worker's thread mode; `-z` passes registered memory handles.
+//!   posting the receive (the unexpected path); `-D contig|iov|generic` (the `-s` list gives
+//!   the iov entries; `generic`, an extension, passes the buffer through a generic datatype
+//!   whose callbacks copy it at an offset: [`BytesDatatype`]); `-M` the worker's thread mode;
+//!   `-z` passes registered memory handles.
 //!
 //! Active messages (`ucp_am_*`): the sender sends with a `-H`-byte user header (default 0) to
 //! id 1; the receiver's handler counts arrivals, and a "receive" waits for the next one (as
@@ -25,8 +27,9 @@ use std::sync::Arc;
 use std::cell::Cell;
 
 use ucp::{
-    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, IoVec, MemHandle, RecvData,
-    RecvResult, RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Datatype, Endpoint, Features, GenericDatatype, IoVec,
+    MemHandle, PackState, RecvData, RecvResult, RequestParam, SendData, Status, StreamRecvFlags, UnpackState, Worker,
+    WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
@@ -57,6 +60,9 @@ impl UcpTestSpec<'_> {
         if p.threads > 1 {
             return Err(format!("multi-threaded runs (-T {}) are not implemented yet", p.threads));
         }
+        if rma && (p.ucp_send_datatype == UcpDatatype::Generic || p.ucp_recv_datatype == UcpDatatype::Generic) {
+            return Err("remote memory access tests do not take -D generic (as UCP: contig or iov)".into());
+        }
         Ok(())
     }
 
@@ -72,8 +78,77 @@ impl UcpTestSpec<'_> {
         self.params.ucp_recv_datatype == UcpDatatype::Iov
     }
 
+    fn send_generic(&self) -> bool {
+        self.params.ucp_send_datatype == UcpDatatype::Generic
+    }
+
+    fn recv_generic(&self) -> bool {
+        self.params.ucp_recv_datatype == UcpDatatype::Generic
+    }
+
     fn sleep(&self) -> bool {
         self.params.wait_mode == Some(WaitMode::Sleep)
+    }
+}
+
+/// `-D generic`: a buffer as a generic datatype whose callbacks copy its bytes at an offset
+/// (`start_*(buffer, count)`: `count` bytes at `buffer`). What a derived datatype of one block
+/// costs over a contiguous buffer: a state per operation and a callback per piece.
+pub struct BytesDatatype;
+
+/// One operation's state of [`BytesDatatype`].
+struct BytesState {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the state only touches the test's buffer, which outlives every operation.
+unsafe impl Send for BytesState {}
+
+impl BytesState {
+    /// The run `[offset, offset + n)`, checked against the buffer.
+    fn run(&self, offset: usize, n: usize) -> Result<*mut u8, Status> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(offset)),
+            _ => Err(Status::OutOfRange),
+        }
+    }
+}
+
+impl PackState for BytesState {
+    fn packed_size(&self) -> usize {
+        self.len
+    }
+
+    fn pack(&mut self, offset: usize, dest: &mut [u8]) -> Result<(), Status> {
+        let p = self.run(offset, dest.len())?;
+        // SAFETY: within the test's buffer (checked), which outlives the send.
+        unsafe { std::ptr::copy_nonoverlapping(p, dest.as_mut_ptr(), dest.len()) };
+        Ok(())
+    }
+}
+
+impl UnpackState for BytesState {
+    fn packed_size(&self) -> usize {
+        self.len
+    }
+
+    fn unpack(&mut self, offset: usize, src: &[u8]) -> Result<(), Status> {
+        let p = self.run(offset, src.len())?;
+        // SAFETY: within the test's receive buffer (checked), which outlives the receive and
+        // which nothing else writes meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
+    }
+}
+
+impl GenericDatatype for BytesDatatype {
+    fn start_pack(&self, buffer: *const u8, count: usize) -> Result<Box<dyn PackState>, Status> {
+        Ok(Box::new(BytesState { ptr: buffer.cast_mut(), len: count }))
+    }
+
+    fn start_unpack(&self, buffer: *mut u8, count: usize) -> Result<Box<dyn UnpackState>, Status> {
+        Ok(Box::new(BytesState { ptr: buffer, len: count }))
     }
 }
 
@@ -95,6 +170,8 @@ struct Setup {
     am_arrived: Arc<AtomicUsize>,
     /// The user header of the AM tests (`-H` bytes).
     am_hdr: Vec<u8>,
+    /// The datatype of `-D generic`.
+    dt: Datatype,
 }
 
 impl Setup {
@@ -156,6 +233,7 @@ impl Setup {
             // A rendezvous message's data goes into the receive buffer, and counts once it is
             // there (the reference's `am_rndv_recv` and `am_data_recv_cb`).
             let (rbuf, rlen) = (recv.as_ptr() as usize, len);
+            let generic = spec.recv_generic().then(|| Datatype::generic(BytesDatatype));
             let handler = move |m: &mut AmMsg<'_>| {
                 if m.is_rndv() {
                     let (Some(w), Some(d)) = (m.worker(), m.take_rndv()) else { return };
@@ -163,9 +241,13 @@ impl Setup {
                     // worker; receives complete before the test ends (`drain` waits for the
                     // count), and nothing else writes it meanwhile.
                     let buf = unsafe { std::slice::from_raw_parts_mut(rbuf as *mut u8, rlen) };
+                    let data = match &generic {
+                        Some(dt) => RecvData::Generic { dt, buffer: buf.as_mut_ptr(), count: rlen },
+                        None => RecvData::Contig(buf),
+                    };
                     let p = RequestParam::new().callback_fn(am_rndv_done, Arc::as_ptr(&n) as usize);
                     // SAFETY: as above.
-                    if let Err(e) = unsafe { w.am_recv_data_nbx(d, RecvData::Contig(buf), p) } {
+                    if let Err(e) = unsafe { w.am_recv_data_nbx(d, data, p) } {
                         eprintln!("ucx-perf: am_recv_data_nbx failed: {e}");
                     }
                     return;
@@ -177,7 +259,8 @@ impl Setup {
                 .set_am_recv_handler(AM_ID, Some(handler), AmHandlerFlags::WHOLE_MSG)
                 .map_err(|e| format!("cannot set the AM handler: {e}"))?;
         }
-        Ok(Setup { worker, ep, send, recv, len, send_iov, recv_iov, send_memh, recv_memh, am_arrived, am_hdr })
+        let dt = Datatype::generic(BytesDatatype);
+        Ok(Setup { worker, ep, send, recv, len, send_iov, recv_iov, send_memh, recv_memh, am_arrived, am_hdr, dt })
     }
 }
 
@@ -232,6 +315,8 @@ struct Hot {
     stream_data: bool,
     send_iov: bool,
     recv_iov: bool,
+    send_generic: bool,
+    recv_generic: bool,
     sleep: bool,
     force_unexpected: bool,
     loopback: bool,
@@ -250,6 +335,8 @@ impl Hot {
             stream_data: p.stream_recv_data,
             send_iov: spec.send_iov(),
             recv_iov: spec.recv_iov(),
+            send_generic: spec.send_generic(),
+            recv_generic: spec.recv_generic(),
             sleep: spec.sleep(),
             force_unexpected: p.force_unexpected,
             loopback: p.loopback,
@@ -338,6 +425,8 @@ impl<'a> Engine<'a> {
         self.wait_below(&self.sends, max)?;
         let data = if self.h.send_iov {
             SendData::Iov(&self.s.send_iov)
+        } else if self.h.send_generic {
+            SendData::Generic { dt: &self.s.dt, buffer: self.s.send.as_ptr(), count: self.s.len }
         } else {
             // SAFETY: the buffer is `len` bytes and lives in `Setup`.
             SendData::Contig(unsafe { std::slice::from_raw_parts(self.s.send.as_ptr(), self.s.len) })
@@ -399,11 +488,14 @@ impl<'a> Engine<'a> {
             // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
             // it while the receive is outstanding (waited for below).
             let buf = unsafe { std::slice::from_raw_parts_mut(self.s.recv.as_ptr().add(total), len - total) };
+            let data = if self.h.recv_generic {
+                RecvData::Generic { dt: &self.s.dt, buffer: buf.as_mut_ptr(), count: buf.len() }
+            } else {
+                RecvData::Contig(buf)
+            };
             // SAFETY: as above; the receive completes before the next one is posted.
-            let r = unsafe {
-                self.s.ep.stream_recv_nbx(RecvData::Contig(buf), StreamRecvFlags::empty(), RequestParam::new())
-            }
-            .map_err(|e| format!("receive failed: {e}"))?;
+            let r = unsafe { self.s.ep.stream_recv_nbx(data, StreamRecvFlags::empty(), RequestParam::new()) }
+                .map_err(|e| format!("receive failed: {e}"))?;
             total += match r {
                 RecvResult::Done(i) => i.length,
                 RecvResult::Pending(req) => {
@@ -439,6 +531,8 @@ impl<'a> Engine<'a> {
         }
         let data = if self.h.recv_iov {
             RecvData::Iov(&self.s.recv_iov)
+        } else if self.h.recv_generic {
+            RecvData::Generic { dt: &self.s.dt, buffer: self.s.recv.as_ptr(), count: self.s.len }
         } else {
             // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
             // it while receives are outstanding.

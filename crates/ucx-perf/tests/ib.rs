@@ -79,6 +79,10 @@ fn ucp_am_and_stream_tests_over_rc_and_ud() {
         run_ok(&["-t", "ucp_am_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
         run_ok(&["-t", "stream_lat", "-s", "8", "-n", "1000"], Some(tls), 1000.0);
         run_ok(&["-t", "stream_bw", "-s", "65536", "-n", "100"], Some(tls), 100.0);
+        // Generic datatypes (an extension) on both sides, eager and rendezvous.
+        run_ok(&["-t", "tag_bw", "-s", "200000", "-n", "50", "-D", "generic,generic"], Some(tls), 50.0);
+        run_ok(&["-t", "ucp_am_lat", "-s", "8", "-n", "1000", "-D", "generic,generic"], Some(tls), 1000.0);
+        run_ok(&["-t", "stream_lat", "-s", "65536", "-n", "100", "-D", "generic,generic"], Some(tls), 100.0);
     }
 }
 

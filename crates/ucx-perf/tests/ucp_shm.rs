@@ -1,5 +1,6 @@
 //! `ucx-perf`'s UCP tag, active-message, stream, RMA and atomic tests over shared memory (`UCX_TLS=shm,self`: posix and cma), two real
-//! processes, with the options `ucx_perftest` has for them: datatypes (`-D contig|iov`),
+//! processes, with the options `ucx_perftest` has for them: datatypes (`-D contig|iov`, and
+//! the extension `generic`),
 //! wildcard receives (`-C`), forced unexpected messages (`-U`), thread modes (`-M`) and
 //! sleeping on the worker's events (`-E sleep`), at sizes on both sides of the rendezvous
 //! threshold. Checks behaviour, not speed: both sides exit successfully and the client's final
@@ -95,4 +96,31 @@ fn stream_tests() {
         &["-t", "stream_bw", "-s", "1048576", "-n", "100"],
         &["-t", "stream_bw", "-s", "1000", "-n", "20000", "-r", "recv_data"],
     ]);
+}
+
+/// `-D generic` (an extension): tag, active-message and stream data through a generic
+/// datatype's callbacks on either side, eager and rendezvous.
+#[test]
+fn generic_datatype_tests() {
+    run_all(&[
+        &["-t", "tag_lat", "-s", "8", "-n", "5000", "-D", "generic"],
+        &["-t", "tag_bw", "-s", "1048576", "-n", "100", "-D", "generic,generic"],
+        &["-t", "tag_lat", "-s", "70000", "-n", "500", "-D", "contig,generic"],
+        &["-t", "ucp_am_lat", "-s", "100000", "-n", "200", "-D", "generic,generic"],
+        &["-t", "ucp_am_bw", "-s", "8", "-n", "20000", "-D", "generic"],
+        &["-t", "stream_lat", "-s", "100000", "-n", "200", "-D", "generic,generic"],
+        &["-t", "stream_bw", "-s", "8", "-n", "20000", "-D", "generic,generic"],
+    ]);
+}
+
+/// Remote memory access reads and writes in place: `-D generic` is refused with a reason.
+#[test]
+fn rma_tests_refuse_generic() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ucx-perf"))
+        .args(["-l", "-t", "ucp_put_lat", "-D", "generic", "-n", "10"])
+        .env("UCX_TLS", "self")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("do not take -D generic"), "{err}");
 }

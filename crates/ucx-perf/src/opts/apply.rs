@@ -131,7 +131,7 @@ pub(super) fn parse_layout(p: &mut PerfParams, arg: &str) -> Result<(), String> 
         _ => {
             return Err(format!(
                 "invalid data layout '{arg}' (valid: short, shortiov, bcopy, zcopy; \
-                 for UCP tests contig or iov, optionally ,contig or ,iov for the receiver)"
+                 for UCP tests contig, iov or generic, optionally ,contig ,iov or ,generic for the receiver)"
             ))
         }
     }

@@ -69,6 +69,7 @@ pub fn help_text(program: &str) -> String {
          \x20                   data layout for sender and receiver side (contig)\n\
          \x20                       contig - Continuous datatype\n\
          \x20                       iov    - Scatter-gather list\n\
+         \x20                       generic - Generic datatype (pack/unpack callbacks; ucx-rs)\n\
          \x20    -C             use wild-card tag for tag tests\n\
          \x20    -U             force unexpected flow by using tag probe\n\
          \x20    -r <mode>      receive mode for stream tests (recv)\n\

@@ -163,6 +163,8 @@ fn ucp_layouts_and_modes() {
     assert!(p.stream_recv_data && p.wildcard && p.force_unexpected && p.err_handling);
     assert!(p.prereg && p.map_nonblock && p.quiet);
     assert_eq!(run("-l -t tag_lat -D iov").ucp_recv_datatype, UcpDatatype::Contig);
+    let g = run("-l -t stream_bw -D generic,iov");
+    assert_eq!((g.ucp_send_datatype, g.ucp_recv_datatype), (UcpDatatype::Generic, UcpDatatype::Iov));
     assert!(err("-l -t tag_lat -D iov,x").starts_with("invalid data layout 'iov,x'"));
     let w = run("-l -t tag_lat -d memory -x posix").warnings();
     assert_eq!(w.len(), 2);

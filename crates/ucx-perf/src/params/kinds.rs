@@ -51,6 +51,9 @@ pub enum UcpDatatype {
     Contig,
     /// A scatter-gather list.
     Iov,
+    /// A generic datatype (pack/unpack callbacks; an extension: the reference has contig
+    /// and iov only).
+    Generic,
 }
 
 impl UcpDatatype {
@@ -59,6 +62,7 @@ impl UcpDatatype {
         match self {
             UcpDatatype::Contig => "contig",
             UcpDatatype::Iov => "iov",
+            UcpDatatype::Generic => "generic",
         }
     }
 
@@ -67,6 +71,7 @@ impl UcpDatatype {
         match s {
             "contig" => Some(UcpDatatype::Contig),
             "iov" => Some(UcpDatatype::Iov),
+            "generic" => Some(UcpDatatype::Generic),
             _ => None,
         }
     }
