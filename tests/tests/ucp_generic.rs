@@ -15,8 +15,8 @@ use sc::{GenPeer, CONFIGS, SIZES, TIMEOUT};
 use tests::generic::Strided;
 use tests::text::pattern;
 use ucp::{
-    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, RecvData, RecvResult, RequestParam,
-    SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, GenericBuf, RecvData, RecvResult,
+    RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
 };
 
 /// Two workers in this process (one for `self`) and an endpoint from the first to the second.
@@ -102,7 +102,7 @@ fn tag_round(l: &Local, what: &str) {
         let recv = unsafe {
             // SAFETY: `dst` outlives the receive (waited for below).
             l.b.tag_recv_nbx(
-                RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+                RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
                 7,
                 FULL_MASK,
                 RequestParam::new(),
@@ -110,7 +110,7 @@ fn tag_round(l: &Local, what: &str) {
         };
         // SAFETY: `src` outlives the send (waited for).
         let s = l.outcome(unsafe {
-            l.ab.tag_send_nbx(SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n }, 7, RequestParam::new())
+            l.ab.tag_send_nbx(SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)), 7, RequestParam::new())
         });
         assert_eq!(s, Status::Ok, "{what}: generic send of {n}");
         assert_eq!(l.recv_outcome(recv), (Status::Ok, n), "{what}: generic receive of {n}");
@@ -126,7 +126,7 @@ fn tag_round(l: &Local, what: &str) {
         // SAFETY: `dst` outlives the receive (waited for).
         let got = l.recv_outcome(unsafe {
             l.b.tag_recv_nbx(
-                RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+                RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
                 8,
                 FULL_MASK,
                 RequestParam::new(),
@@ -142,7 +142,7 @@ fn tag_round(l: &Local, what: &str) {
         let recv = unsafe { l.b.tag_recv_nbx(RecvData::Contig(&mut flat), 9, FULL_MASK, RequestParam::new()) };
         // SAFETY: `src` outlives the send (waited for).
         let s = l.outcome(unsafe {
-            l.ab.tag_send_nbx(SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n }, 9, RequestParam::new())
+            l.ab.tag_send_nbx(SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)), 9, RequestParam::new())
         });
         assert_eq!((s, l.recv_outcome(recv)), (Status::Ok, (Status::Ok, n)), "{what}: generic {n} into contiguous");
         assert_eq!(flat, data);
@@ -179,7 +179,7 @@ fn am_round(l: &Local, what: &str) {
             l.ab.am_send_nbx(
                 11,
                 b"hdr",
-                SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n },
+                SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)),
                 AmSendFlags::empty(),
                 RequestParam::new(),
             )
@@ -195,7 +195,7 @@ fn am_round(l: &Local, what: &str) {
                 let r = unsafe {
                     l.b.am_recv_data_nbx(
                         d,
-                        RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+                        RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
                         RequestParam::new(),
                     )
                 }
@@ -248,14 +248,14 @@ fn stream_round(l: &Local, what: &str) {
         // SAFETY: `dst` outlives the receive (waited for below).
         let recv = unsafe {
             ba.stream_recv_nbx(
-                RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+                RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
                 StreamRecvFlags::WAITALL,
                 RequestParam::new(),
             )
         };
         // SAFETY: `src` outlives the send (waited for).
         let s = l.outcome(unsafe {
-            l.ab.stream_send_nbx(SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n }, RequestParam::new())
+            l.ab.stream_send_nbx(SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)), RequestParam::new())
         });
         assert_eq!(s, Status::Ok, "{what}: stream send of {n}");
         assert_eq!(l.recv_outcome(recv), (Status::Ok, n), "{what}: stream receive of {n}");
@@ -306,18 +306,14 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             let src = bad.scatter(&data);
             // SAFETY: refused before anything is sent.
             let r = unsafe {
-                l.ab.tag_send_nbx(
-                    SendData::Generic { dt: &bdt, buffer: src.as_ptr(), count: n },
-                    1,
-                    RequestParam::new(),
-                )
+                l.ab.tag_send_nbx(SendData::Generic(&GenericBuf::send(&bdt, src.as_ptr(), n)), 1, RequestParam::new())
             };
             assert_eq!(r.err(), Some(Status::Rejected), "{tls}: start_pack error");
             let mut dst = vec![0u8; bad.span(n)];
             // SAFETY: refused before anything is received.
             let r = unsafe {
                 l.b.tag_recv_nbx(
-                    RecvData::Generic { dt: &bdt, buffer: dst.as_mut_ptr(), count: n },
+                    RecvData::Generic(&GenericBuf::recv(&bdt, dst.as_mut_ptr(), n)),
                     1,
                     FULL_MASK,
                     RequestParam::new(),
@@ -334,11 +330,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             let recv = unsafe { l.b.tag_recv_nbx(RecvData::Contig(&mut flat), 2, FULL_MASK, RequestParam::new()) };
             // SAFETY: `src` outlives the send (waited for).
             let s = l.outcome(unsafe {
-                l.ab.tag_send_nbx(
-                    SendData::Generic { dt: &fdt, buffer: src.as_ptr(), count: n },
-                    2,
-                    RequestParam::new(),
-                )
+                l.ab.tag_send_nbx(SendData::Generic(&GenericBuf::send(&fdt, src.as_ptr(), n)), 2, RequestParam::new())
             });
             assert_eq!(s, Status::NoMemory, "{tls} {n}: the send reports the pack error");
             assert_eq!(l.recv_outcome(recv), (Status::Ok, n), "{tls} {n}: the message arrives whole");
@@ -355,13 +347,13 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             let (r1, r2) = unsafe {
                 (
                     l.b.tag_recv_nbx(
-                        RecvData::Generic { dt: &fdt, buffer: d1.as_mut_ptr(), count: n },
+                        RecvData::Generic(&GenericBuf::recv(&fdt, d1.as_mut_ptr(), n)),
                         3,
                         FULL_MASK,
                         RequestParam::new(),
                     ),
                     l.b.tag_recv_nbx(
-                        RecvData::Generic { dt: &gdt, buffer: d2.as_mut_ptr(), count: n },
+                        RecvData::Generic(&GenericBuf::recv(&gdt, d2.as_mut_ptr(), n)),
                         3,
                         FULL_MASK,
                         RequestParam::new(),
@@ -385,7 +377,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             // SAFETY: `d` outlives the receive (waited for).
             let r = unsafe {
                 l.b.tag_recv_nbx(
-                    RecvData::Generic { dt: &sdt, buffer: d.as_mut_ptr(), count: n / 2 },
+                    RecvData::Generic(&GenericBuf::recv(&sdt, d.as_mut_ptr(), n / 2)),
                     4,
                     FULL_MASK,
                     RequestParam::new(),
@@ -407,7 +399,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
         let (r1, r2) = unsafe {
             (
                 ba.stream_recv_nbx(
-                    RecvData::Generic { dt: &fdt, buffer: d1.as_mut_ptr(), count: 10_000 },
+                    RecvData::Generic(&GenericBuf::recv(&fdt, d1.as_mut_ptr(), 10_000)),
                     StreamRecvFlags::WAITALL,
                     RequestParam::new(),
                 ),
@@ -433,7 +425,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
     // SAFETY: refused before any access.
     let r = unsafe {
         l.ab.put_nbx(
-            SendData::Generic { dt: &dt, buffer: mem.as_ptr(), count: 8 },
+            SendData::Generic(&GenericBuf::send(&dt, mem.as_ptr(), 8)),
             rkey.address(),
             &rkey,
             RequestParam::new(),

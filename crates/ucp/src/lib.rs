@@ -55,7 +55,7 @@ pub use wireup::{address, lanes};
 pub use address::{IfaceRecord, WorkerAddress};
 pub use config::{AtomicMode, ContextConfig, RndvScheme, Thresh};
 pub use context::{Context, ContextParams, Features};
-pub use dt::{Datatype, GenericDatatype, PackState, UnpackState};
+pub use dt::{Datatype, GenericBuf, GenericDatatype, PackState, UnpackState};
 pub use engine::ProtoCounts;
 pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, RequestFlags, RequestParam};

@@ -27,9 +27,9 @@ use std::sync::Arc;
 use std::cell::Cell;
 
 use ucp::{
-    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Datatype, Endpoint, Features, GenericDatatype, IoVec,
-    MemHandle, PackState, RecvData, RecvResult, RequestParam, SendData, Status, StreamRecvFlags, UnpackState, Worker,
-    WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Datatype, Endpoint, Features, GenericBuf,
+    GenericDatatype, IoVec, MemHandle, PackState, RecvData, RecvResult, RequestParam, SendData, Status,
+    StreamRecvFlags, UnpackState, Worker, WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
@@ -242,7 +242,7 @@ impl Setup {
                     // count), and nothing else writes it meanwhile.
                     let buf = unsafe { std::slice::from_raw_parts_mut(rbuf as *mut u8, rlen) };
                     let data = match &generic {
-                        Some(dt) => RecvData::Generic { dt, buffer: buf.as_mut_ptr(), count: rlen },
+                        Some(dt) => RecvData::Generic(&GenericBuf::recv(dt, buf.as_mut_ptr(), rlen)),
                         None => RecvData::Contig(buf),
                     };
                     let p = RequestParam::new().callback_fn(am_rndv_done, Arc::as_ptr(&n) as usize);
@@ -426,7 +426,7 @@ impl<'a> Engine<'a> {
         let data = if self.h.send_iov {
             SendData::Iov(&self.s.send_iov)
         } else if self.h.send_generic {
-            SendData::Generic { dt: &self.s.dt, buffer: self.s.send.as_ptr(), count: self.s.len }
+            SendData::Generic(&GenericBuf::send(&self.s.dt, self.s.send.as_ptr(), self.s.len))
         } else {
             // SAFETY: the buffer is `len` bytes and lives in `Setup`.
             SendData::Contig(unsafe { std::slice::from_raw_parts(self.s.send.as_ptr(), self.s.len) })
@@ -489,7 +489,7 @@ impl<'a> Engine<'a> {
             // it while the receive is outstanding (waited for below).
             let buf = unsafe { std::slice::from_raw_parts_mut(self.s.recv.as_ptr().add(total), len - total) };
             let data = if self.h.recv_generic {
-                RecvData::Generic { dt: &self.s.dt, buffer: buf.as_mut_ptr(), count: buf.len() }
+                RecvData::Generic(&GenericBuf::recv(&self.s.dt, buf.as_mut_ptr(), buf.len()))
             } else {
                 RecvData::Contig(buf)
             };
@@ -532,7 +532,7 @@ impl<'a> Engine<'a> {
         let data = if self.h.recv_iov {
             RecvData::Iov(&self.s.recv_iov)
         } else if self.h.recv_generic {
-            RecvData::Generic { dt: &self.s.dt, buffer: self.s.recv.as_ptr(), count: self.s.len }
+            RecvData::Generic(&GenericBuf::recv(&self.s.dt, self.s.recv.as_ptr(), self.s.len))
         } else {
             // SAFETY: the buffer is `len` bytes, lives in `Setup`, and only the worker writes
             // it while receives are outstanding.

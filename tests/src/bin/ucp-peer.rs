@@ -23,8 +23,8 @@ use tests::tag::{start_send, DYING_BIG as BIG, DYING_BIG_LEN as BIG_LEN, DYING_S
 use tests::text::{hex, pattern, unhex};
 use tests::wakeup::{recv_sleeping, send_sleeping, PING, PONG, TIMEOUT};
 use ucp::{
-    AmHandlerFlags, AmMsg, AmSendFlags, AtomicOp, Context, ContextParams, Endpoint, Features, Operand, RecvData,
-    RecvResult, RemoteKey, Request, RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, AtomicOp, Context, ContextParams, Endpoint, Features, GenericBuf, Operand,
+    RecvData, RecvResult, RemoteKey, Request, RequestParam, SendData, Status, Worker, WorkerParams, FULL_MASK,
 };
 
 fn worker(features: Features, name: &str) -> Worker {
@@ -602,7 +602,7 @@ fn generic(addr: &[u8]) {
         noted(
             unsafe {
                 w.tag_recv_nbx(
-                    RecvData::Generic { dt: &dt, buffer: buf.as_mut_ptr(), count: GENERIC_TAG_CAP },
+                    RecvData::Generic(&GenericBuf::recv(&dt, buf.as_mut_ptr(), GENERIC_TAG_CAP)),
                     1,
                     FULL_MASK,
                     noting(&tag_o),
@@ -635,7 +635,7 @@ fn generic(addr: &[u8]) {
             let p = src.as_ptr();
             // SAFETY: the callback owns the source until the send completed.
             let r = unsafe {
-                ep.tag_send_nbx_detached(SendData::Generic { dt: &dt, buffer: p, count: n }, 2, echo_param(src))
+                ep.tag_send_nbx_detached(SendData::Generic(&GenericBuf::send(&dt, p, n)), 2, echo_param(src))
             };
             at_once(r.expect("generic tag send"));
         }
@@ -648,7 +648,7 @@ fn generic(addr: &[u8]) {
                 ep.am_send_nbx_detached(
                     4,
                     &[],
-                    SendData::Generic { dt: &dt, buffer: p, count: n },
+                    SendData::Generic(&GenericBuf::send(&dt, p, n)),
                     AmSendFlags::empty(),
                     echo_param(src),
                 )
@@ -666,7 +666,7 @@ fn generic(addr: &[u8]) {
                     let r = unsafe {
                         w.am_recv_data_nbx(
                             d,
-                            RecvData::Generic { dt: &dt, buffer: buf.as_mut_ptr(), count: n },
+                            RecvData::Generic(&GenericBuf::recv(&dt, buf.as_mut_ptr(), n)),
                             noting(&o),
                         )
                     };
@@ -698,7 +698,7 @@ fn generic(addr: &[u8]) {
                     // SAFETY: `buf` is not touched until the receive completed.
                     let r = unsafe {
                         e.stream_recv_nbx(
-                            RecvData::Generic { dt: &dt, buffer: buf.as_mut_ptr(), count: GENERIC_STREAM_CAP },
+                            RecvData::Generic(&GenericBuf::recv(&dt, buf.as_mut_ptr(), GENERIC_STREAM_CAP)),
                             ucp::StreamRecvFlags::empty(),
                             noting(&o),
                         )
@@ -713,7 +713,7 @@ fn generic(addr: &[u8]) {
                 let p = echo.as_ptr();
                 // SAFETY: the callback owns the source until the send completed.
                 let r = unsafe {
-                    e.stream_send_nbx_detached(SendData::Generic { dt: &dt, buffer: p, count: n }, echo_param(echo))
+                    e.stream_send_nbx_detached(SendData::Generic(&GenericBuf::send(&dt, p, n)), echo_param(echo))
                 };
                 at_once(r.expect("generic stream send"));
             }

@@ -14,8 +14,8 @@ use tests::generic::Strided;
 use tests::peer::Peer;
 use tests::text::{hex, pattern, unhex};
 use ucp::{
-    AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, Context, ContextParams, Endpoint, Features, RecvData, RecvResult,
-    Request, RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, Context, ContextParams, Endpoint, Features, GenericBuf, RecvData,
+    RecvResult, Request, RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
 };
 
 pub const TIMEOUT: Duration = Duration::from_secs(120);
@@ -150,7 +150,7 @@ fn tag_echo(w: &Worker, p: &GenPeer, data: &[u8], sd: &Strided, rd: &Strided) ->
     // SAFETY: `dst` outlives the receive (waited for below).
     let recv = unsafe {
         w.tag_recv_nbx(
-            RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+            RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
             2,
             FULL_MASK,
             RequestParam::new(),
@@ -158,7 +158,7 @@ fn tag_echo(w: &Worker, p: &GenPeer, data: &[u8], sd: &Strided, rd: &Strided) ->
     };
     // SAFETY: `src` outlives the send (waited for).
     let s = outcome(w, unsafe {
-        p.ep.tag_send_nbx(SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n }, 1, RequestParam::new())
+        p.ep.tag_send_nbx(SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)), 1, RequestParam::new())
     });
     let r = recv_outcome(w, recv);
     assert!(rd.gaps_untouched(&dst, n), "a gap of the tagged echo's destination was written");
@@ -176,7 +176,7 @@ fn am_echo(w: &Worker, p: &GenPeer, data: &[u8], sd: &Strided, rd: &Strided) -> 
         p.ep.am_send_nbx(
             3,
             b"generic",
-            SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n },
+            SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)),
             AmSendFlags::REPLY,
             RequestParam::new(),
         )
@@ -193,7 +193,7 @@ fn am_echo(w: &Worker, p: &GenPeer, data: &[u8], sd: &Strided, rd: &Strided) -> 
             let r = unsafe {
                 w.am_recv_data_nbx(
                     d,
-                    RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+                    RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
                     RequestParam::new(),
                 )
             }
@@ -213,7 +213,7 @@ fn stream_echo(w: &Worker, p: &mut GenPeer, data: &[u8], sd: &Strided, rd: &Stri
     let src = sd.scatter(data);
     // SAFETY: `src` outlives the send (waited for).
     let s = outcome(w, unsafe {
-        p.ep.stream_send_nbx(SendData::Generic { dt: &sdt, buffer: src.as_ptr(), count: n }, RequestParam::new())
+        p.ep.stream_send_nbx(SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)), RequestParam::new())
     });
     assert_eq!(s, Status::Ok, "stream send of {n}");
     // The echo comes back on our endpoint to the peer's (the one our bytes left on).
@@ -222,7 +222,7 @@ fn stream_echo(w: &Worker, p: &mut GenPeer, data: &[u8], sd: &Strided, rd: &Stri
     // SAFETY: `dst` outlives the receive (waited for).
     let r = recv_outcome(w, unsafe {
         ep.stream_recv_nbx(
-            RecvData::Generic { dt: &rdt, buffer: dst.as_mut_ptr(), count: n },
+            RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
             StreamRecvFlags::WAITALL,
             RequestParam::new(),
         )

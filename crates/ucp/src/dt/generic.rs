@@ -98,6 +98,31 @@ impl Datatype {
     }
 }
 
+/// The data of one operation through a generic datatype: the datatype, and the `buffer` and
+/// `count` its `start_pack` / `start_unpack` get (untouched). Passed by reference in
+/// `SendData::Generic` / `RecvData::Generic`, which keeps those as small as a slice.
+#[derive(Clone, Copy, Debug)]
+pub struct GenericBuf<'a> {
+    /// The datatype.
+    pub dt: &'a Datatype,
+    /// Given to `start_pack` (as `*const u8`) or `start_unpack`.
+    pub buffer: *mut u8,
+    /// Given to `start_pack` or `start_unpack`.
+    pub count: usize,
+}
+
+impl<'a> GenericBuf<'a> {
+    /// The data of a send: `start_pack(buffer, count)`.
+    pub fn send(dt: &'a Datatype, buffer: *const u8, count: usize) -> Self {
+        GenericBuf { dt, buffer: buffer.cast_mut(), count }
+    }
+
+    /// The data of a receive: `start_unpack(buffer, count)`.
+    pub fn recv(dt: &'a Datatype, buffer: *mut u8, count: usize) -> Self {
+        GenericBuf { dt, buffer, count }
+    }
+}
+
 /// Runs a user callback, turning a panic into `IoError` (logged).
 fn guarded<T>(what: &str, f: impl FnOnce() -> UcsResult<T>) -> UcsResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {

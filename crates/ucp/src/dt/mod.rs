@@ -15,7 +15,7 @@ use ucs::{Status, UcsResult};
 mod generic;
 
 pub(crate) use generic::{fold_status, GenState};
-pub use generic::{Datatype, GenericDatatype, PackState, UnpackState};
+pub use generic::{Datatype, GenericBuf, GenericDatatype, PackState, UnpackState};
 
 /// One buffer of an iov datatype (`ucp_dt_iov_t`).
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@
 use ucs::{Status, UcsResult};
 
 use super::Request;
-use crate::dt::{Datatype, GenState, IoVec, UserBuf};
+use crate::dt::{GenState, GenericBuf, IoVec, UserBuf};
 use crate::request::{RecvInfo, RequestFlags, RequestParam};
 
 /// Receive buffer of the raw API.
@@ -16,15 +16,9 @@ pub enum RecvData<'a> {
     /// Scattered buffers (`ucp_dt_iov_t`).
     Iov(&'a [IoVec]),
     /// A generic datatype (`ucp_dt_create_generic`): its `start_unpack(buffer, count)` makes
-    /// the receive's state, which takes the message at offsets (see [`Datatype`]).
-    Generic {
-        /// The datatype.
-        dt: &'a Datatype,
-        /// Passed to `start_unpack` untouched.
-        buffer: *mut u8,
-        /// Passed to `start_unpack` untouched.
-        count: usize,
-    },
+    /// the receive's state, which takes the message at offsets (see [`Datatype`];
+    /// [`GenericBuf::recv`]).
+    Generic(&'a GenericBuf<'a>),
 }
 
 impl RecvData<'_> {
@@ -42,7 +36,7 @@ impl RecvData<'_> {
             RecvData::Contig(s) => Some(unsafe { UserBuf::contig(s.as_mut_ptr(), s.len()) }),
             // SAFETY: forwarded from the caller.
             RecvData::Iov(v) => unsafe { UserBuf::iov(v) },
-            RecvData::Generic { dt, buffer, count } => generic_buf(dt.start_unpack(buffer, count)),
+            RecvData::Generic(g) => generic_buf(g.dt.start_unpack(g.buffer, g.count)),
         }
     }
 }
@@ -55,15 +49,9 @@ pub enum SendData<'a> {
     /// Gathered buffers (`ucp_dt_iov_t`).
     Iov(&'a [IoVec]),
     /// A generic datatype (`ucp_dt_create_generic`): its `start_pack(buffer, count)` makes
-    /// the send's state, which produces the message at offsets (see [`Datatype`]).
-    Generic {
-        /// The datatype.
-        dt: &'a Datatype,
-        /// Passed to `start_pack` untouched.
-        buffer: *const u8,
-        /// Passed to `start_pack` untouched.
-        count: usize,
-    },
+    /// the send's state, which produces the message at offsets (see [`Datatype`];
+    /// [`GenericBuf::send`]).
+    Generic(&'a GenericBuf<'a>),
 }
 
 impl SendData<'_> {
@@ -81,14 +69,48 @@ impl SendData<'_> {
             SendData::Contig(s) => Some(unsafe { UserBuf::contig(s.as_ptr() as *mut u8, s.len()) }),
             // SAFETY: forwarded from the caller.
             SendData::Iov(v) => unsafe { UserBuf::iov(v) },
-            SendData::Generic { dt, buffer, count } => generic_buf(dt.start_pack(buffer, count)),
+            SendData::Generic(g) => generic_buf(g.dt.start_pack(g.buffer, g.count)),
         }
     }
 
-    /// Whether this is a generic datatype (which remote memory access does not take).
-    pub(crate) fn is_generic(&self) -> bool {
-        matches!(self, SendData::Generic { .. })
+    /// [`SendData::into_buf`] for remote memory access, which reads memory in place: a
+    /// generic datatype is refused (`Unsupported`, reported by [`invalid_data`]).
+    ///
+    /// # Safety
+    /// As [`SendData::into_buf`].
+    #[inline(always)]
+    pub(crate) unsafe fn into_rma_buf(self, op: &str) -> Option<UserBuf> {
+        match self {
+            SendData::Generic(_) => generic_rma(op),
+            // SAFETY: forwarded from the caller.
+            d => unsafe { d.into_buf() },
+        }
     }
+}
+
+impl RecvData<'_> {
+    /// [`RecvData::into_buf`] for remote memory access, as [`SendData::into_rma_buf`].
+    ///
+    /// # Safety
+    /// As [`RecvData::into_buf`].
+    #[inline(always)]
+    pub(crate) unsafe fn into_rma_buf(self, op: &str) -> Option<UserBuf> {
+        match self {
+            RecvData::Generic(_) => generic_rma(op),
+            // SAFETY: forwarded from the caller.
+            d => unsafe { d.into_buf() },
+        }
+    }
+}
+
+/// A generic datatype given to remote memory access, which reads and writes memory in place
+/// (as in UCX, contiguous or iov only): `Unsupported`, for [`invalid_data`].
+#[cold]
+#[inline(never)]
+fn generic_rma(op: &str) -> Option<UserBuf> {
+    tracing::error!("{op}: generic datatypes are not supported by remote memory access (contiguous or iov only)");
+    START_ERROR.with(|c| c.set(Some(Status::Unsupported)));
+    None
 }
 
 thread_local! {

@@ -317,11 +317,8 @@ impl Endpoint {
         param: RequestParam,
     ) -> UcsResult<Option<Request<'_>>> {
         self.rkey_check(rkey, "put")?;
-        if data.is_generic() {
-            return generic_rma("put_nbx");
-        }
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let Some(buf) = (unsafe { data.into_rma_buf("put_nbx") }) else { return super::data::invalid_data() };
         let r = self.rma_raw(RmaOpKind::Put, buf, remote_addr, rkey, AmoArgs::default(), param)?;
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
@@ -340,11 +337,8 @@ impl Endpoint {
         param: RequestParam,
     ) -> UcsResult<Option<Request<'_>>> {
         self.rkey_check(rkey, "get")?;
-        if let RecvData::Generic { .. } = data {
-            return generic_rma("get_nbx");
-        }
         // SAFETY: forwarded from the caller.
-        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let Some(buf) = (unsafe { data.into_rma_buf("get_nbx") }) else { return super::data::invalid_data() };
         let r = self.rma_raw(RmaOpKind::Get, buf, remote_addr, rkey, AmoArgs::default(), param)?;
         Ok(r.map(|id| Request { worker: &self.worker, id }))
     }
@@ -519,13 +513,4 @@ impl std::future::Future for AmoFuture {
             })
         })
     }
-}
-
-/// The error of a generic datatype given to remote memory access, which reads and writes
-/// memory in place (as in UCX, contiguous or iov only).
-#[cold]
-#[inline(never)]
-fn generic_rma<T>(op: &str) -> UcsResult<T> {
-    tracing::error!("{op}: generic datatypes are not supported by remote memory access (contiguous or iov only)");
-    Err(Status::Unsupported)
 }
