@@ -319,7 +319,8 @@ impl<'a> Ctx<'a> {
                         &mut |d: &mut [u8]| {
                             // Too long for the buffer: report the length; the transport rejects it.
                             if let Some(dst) = d.get_mut(..len) {
-                                dst.copy_from_slice(buf);
+                                // SAFETY: `dst` and `buf` are `len` bytes, distinct buffers.
+                                unsafe { ucs::memory::copy(buf.as_ptr(), dst.as_mut_ptr(), len) };
                             }
                             len
                         },
@@ -339,7 +340,8 @@ impl<'a> Ctx<'a> {
                         .put_bcopy(
                             &mut |d: &mut [u8]| {
                                 if let Some(dst) = d.get_mut(..len) {
-                                    dst.copy_from_slice(buf);
+                                    // SAFETY: `dst` and `buf` are `len` bytes, distinct buffers.
+                                    unsafe { ucs::memory::copy(buf.as_ptr(), dst.as_mut_ptr(), len) };
                                 }
                                 len
                             },
