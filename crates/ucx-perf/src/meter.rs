@@ -10,6 +10,7 @@
 
 /// Iterations kept for the percentile.
 pub const TIMING_QUEUE: usize = 2048;
+const _: () = assert!(TIMING_QUEUE.is_power_of_two(), "the ring's index is masked");
 
 /// Figures of one report.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -53,9 +54,9 @@ pub struct Meter {
     /// The "average" figures (latency, bandwidth, message rate) of the last interval that
     /// counted iterations, for a measurement whose own interval is empty.
     last_avg: Option<(f64, f64, f64)>,
-    queue: Box<[u64]>,
+    /// The last iterations' durations (a ring; `msgs` says how much of it is filled).
+    queue: Box<[u64; TIMING_QUEUE]>,
     qhead: usize,
-    qlen: usize,
 }
 
 impl Meter {
@@ -78,9 +79,8 @@ impl Meter {
             rep_bytes: 0,
             rep_msgs: 0,
             last_avg: None,
-            queue: vec![0u64; TIMING_QUEUE].into_boxed_slice(),
+            queue: Box::new([0u64; TIMING_QUEUE]),
             qhead: 0,
-            qlen: 0,
         }
     }
 
@@ -107,9 +107,10 @@ impl Meter {
     #[inline]
     pub fn update(&mut self, iters: u64, bytes: u64) -> bool {
         let t = ucs::time::cycles();
-        self.queue[self.qhead] = t.wrapping_sub(self.now);
+        // As the reference's `ucx_perf_update`: one store into the ring, no bounds check (the
+        // index is masked), its fill level derived from `msgs` when measured.
+        self.queue[self.qhead % TIMING_QUEUE] = t.wrapping_sub(self.now);
         self.qhead = (self.qhead + 1) % TIMING_QUEUE;
-        self.qlen = (self.qlen + 1).min(TIMING_QUEUE);
         self.now = t;
         self.iters += iters;
         self.bytes += bytes;
@@ -138,7 +139,8 @@ impl Meter {
         let int_t = secs(self.now.wrapping_sub(self.rep_time)).max(1e-12);
         let int_iters = (self.iters - self.rep_iters).max(1) as f64;
         let mib = 1024.0 * 1024.0;
-        let mut window: Vec<u64> = self.queue[..self.qlen].to_vec();
+        let filled = (self.msgs as usize).min(TIMING_QUEUE);
+        let mut window: Vec<u64> = self.queue[..filled].to_vec();
         window.sort_unstable();
         let pct = if window.is_empty() {
             0.0

@@ -16,7 +16,7 @@ pub enum RecvData<'a> {
     /// Scattered buffers (`ucp_dt_iov_t`).
     Iov(&'a [IoVec]),
     /// A generic datatype (`ucp_dt_create_generic`): its `start_unpack(buffer, count)` makes
-    /// the receive's state, which takes the message at offsets (see [`Datatype`];
+    /// the receive's state, which takes the message at offsets (see [`Datatype`](crate::Datatype);
     /// [`GenericBuf::recv`]).
     Generic(&'a GenericBuf<'a>),
 }
@@ -49,7 +49,7 @@ pub enum SendData<'a> {
     /// Gathered buffers (`ucp_dt_iov_t`).
     Iov(&'a [IoVec]),
     /// A generic datatype (`ucp_dt_create_generic`): its `start_pack(buffer, count)` makes
-    /// the send's state, which produces the message at offsets (see [`Datatype`];
+    /// the send's state, which produces the message at offsets (see [`Datatype`](crate::Datatype);
     /// [`GenericBuf::send`]).
     Generic(&'a GenericBuf<'a>),
 }
