@@ -73,6 +73,10 @@ pub(crate) struct Core {
     pub weak: Weak<Core>,
     /// The protocol engine.
     pub engine: RefCell<CoreEngine>,
+    /// How many times the engine reached its endpoints' table mutably
+    /// ([`EpTable`](crate::engine::EpTable)): the remote-memory fast path trusts an endpoint
+    /// it found ready while this has not moved.
+    pub ep_epoch: Rc<Cell<u64>>,
     /// Registrations made by `Worker::mem_map`.
     pub mems: RefCell<IdTable<MemMap>>,
     /// Remote keys unpacked on endpoints.
@@ -129,6 +133,7 @@ impl Core {
                 address,
                 packed,
                 weak: weak.clone(),
+                ep_epoch: engine.sh.eps.epoch(),
                 engine: RefCell::new(engine),
                 mems: RefCell::new(IdTable::new()),
                 rkeys: RefCell::new(IdTable::new()),

@@ -43,6 +43,10 @@ pub(crate) struct Rkey {
     /// The transport endpoint and key of the put, get and atomic routes' lanes where the
     /// lane has a key (checked once here, used by the fast path).
     pub direct: [Option<DirectLane>; 3],
+    /// The endpoints' epoch (`Core::ep_epoch`) at which the fast path last found the endpoint
+    /// ready and marked it as having unflushed operations: while the epoch has not moved,
+    /// neither can have changed.
+    pub ready_epoch: std::cell::Cell<u64>,
 }
 
 /// A lane's transport endpoint and key, for the fast path ([`Rkey::direct`]): pointers into
@@ -186,6 +190,7 @@ impl Core {
             components: packed.entries.iter().map(|e| e.component).collect::<Vec<_>>().join(","),
             _io: io,
             put_direct_max,
+            ready_epoch: std::cell::Cell::new(u64::MAX),
         });
         let id = self.rkeys.borrow_mut().insert(rkey.clone());
         Ok((id, rkey))
@@ -423,8 +428,14 @@ impl Core {
             return None;
         }
         let d = rk.direct[which]?;
-        if !self.direct_rma(ep_id) {
-            return None;
+        // The endpoints were not reached mutably since this key last found its endpoint ready:
+        // it still is, and still marked (a flush or fence, a queued operation, a failure would
+        // all have changed it). Back-to-back operations skip the engine.
+        if rk.ready_epoch.get() != self.ep_epoch.get() {
+            if !self.direct_rma(ep_id) {
+                return None;
+            }
+            rk.ready_epoch.set(self.ep_epoch.get());
         }
         // SAFETY: the pointers point into `rk._io`'s boxed endpoints and `rk.keys`, which live
         // as long as `rk` and are never changed after the unpack ([`DirectLane`]).

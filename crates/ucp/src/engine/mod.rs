@@ -145,7 +145,7 @@ pub(crate) struct Shared<L> {
     /// Requests, with the queues of posted receives.
     pub reqs: Reqs,
     /// Endpoints' protocol state.
-    pub eps: IdTable<EpState<L>>,
+    pub eps: EpTable<L>,
     /// This worker.
     pub local: Local,
     /// Work for the driver.
@@ -287,7 +287,7 @@ impl<L: Clone> Shared<L> {
         let kept_msgs = Rc::new(ucs::mpool::MemPool::new(kp, Box::new(ucs::mpool::HeapChunkAlloc))?);
         Ok(Shared {
             reqs: Reqs::default(),
-            eps: IdTable::new(),
+            eps: EpTable::default(),
             next_msg_id: local.uuid.rotate_left(17),
             local,
             actions: VecDeque::new(),
@@ -399,5 +399,63 @@ impl<L: Clone> Shared<L> {
         }
         tracing::warn!("{what}: no endpoint with id {raw:#x}; message dropped");
         None
+    }
+}
+
+/// The endpoints' table, counting the times it is reached mutably: an endpoint's state (its
+/// readiness for a direct call among it) changes only through such an access, so a fast path
+/// outside the engine that found an endpoint ready may trust that while the count has not
+/// moved ([`EpTable::epoch`], shared with the driver: the remote-memory fast path of
+/// `core/rma.rs`). Reading it (`Deref`) counts nothing, so the direct send paths, which only
+/// look at their endpoint, pay nothing.
+pub(crate) struct EpTable<L> {
+    tab: IdTable<EpState<L>>,
+    epoch: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<L> Default for EpTable<L> {
+    fn default() -> Self {
+        EpTable { tab: IdTable::new(), epoch: Default::default() }
+    }
+}
+
+impl<L> EpTable<L> {
+    /// The count of mutable accesses, as a handle the driver reads without the engine.
+    pub fn epoch(&self) -> std::rc::Rc<std::cell::Cell<u64>> {
+        self.epoch.clone()
+    }
+}
+
+impl<L> std::ops::Deref for EpTable<L> {
+    type Target = IdTable<EpState<L>>;
+    #[inline(always)]
+    fn deref(&self) -> &Self::Target {
+        &self.tab
+    }
+}
+
+impl<L> std::ops::DerefMut for EpTable<L> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.epoch.set(self.epoch.get().wrapping_add(1));
+        &mut self.tab
+    }
+}
+
+#[cfg(test)]
+mod ep_table_tests {
+    use super::EpTable;
+
+    #[test]
+    fn mutable_access_moves_the_epoch_and_reading_does_not() {
+        let mut t: EpTable<()> = EpTable::default();
+        let epoch = t.epoch();
+        let _ = t.get(ucs::idtable::Id::from_raw(1));
+        let _ = t.len();
+        assert_eq!(epoch.get(), 0, "reads count nothing");
+        let _ = t.get_mut(ucs::idtable::Id::from_raw(1));
+        assert_eq!(epoch.get(), 1);
+        for _ in t.iter_mut() {}
+        assert_eq!(epoch.get(), 2, "every way to reach an endpoint mutably counts");
     }
 }
