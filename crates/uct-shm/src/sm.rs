@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use ucs::{Status, UcsResult};
 use uct::AtomicOp;
 
-/// `std::ptr::copy` (memmove) with the sizes of small operations, 4 to 16 bytes, done inline:
-/// every load before any store, so overlapping ranges come out as memmove leaves them.
+/// `std::ptr::copy` (memmove) with the sizes of small operations, 4 to 64 bytes, done inline:
+/// every load before any store, so overlapping ranges come out as memmove leaves them. From
+/// 1 KiB, distinct ranges go through `ucs::memory::copy` (clear of `rep movsb`'s slow
+/// distances).
 ///
 /// # Safety
 /// As `std::ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
@@ -34,7 +36,12 @@ pub(crate) unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
             dst.cast::<u32>().write_unaligned(a);
             dst.add(len - 4).cast::<u32>().write_unaligned(b);
         }
-    } else if (src as usize).wrapping_add(len) <= dst as usize || (dst as usize).wrapping_add(len) <= src as usize {
+    } else if (17..=64).contains(&len) {
+        // SAFETY: the caller's contract; `move_small` loads everything before it stores.
+        unsafe { ucs::memory::move_small(src, dst, len) }
+    } else if len >= 1024
+        && ((src as usize).wrapping_add(len) <= dst as usize || (dst as usize).wrapping_add(len) <= src as usize)
+    {
         // Distinct ranges (the common case): the copy that keeps clear of `rep movsb`'s slow
         // distances (`ucs::memory`).
         // SAFETY: the caller's contract, and the ranges do not overlap (checked).
