@@ -54,7 +54,7 @@ pub unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
 /// Moves 17 to 64 bytes with 16-byte loads and stores (the first and last 16 or 32 bytes,
 /// overlapping in the middle), every load before any store: no call into the C library,
 /// whose `memcpy` dispatch costs about as much as the copy at these sizes; and correct for
-/// overlapping ranges too (as `memmove`), so [`move_small`] shares it.
+/// overlapping ranges too (as `memmove`), so `move_small` shares it.
 ///
 /// # Safety
 /// `src` valid for reads and `dst` for writes of `n` bytes, `17 <= n <= 64`.
@@ -81,8 +81,8 @@ unsafe fn copy_17_64(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
-/// [`copy_17_64`] for callers that need `memmove` semantics: 17 to 64 bytes between ranges
-/// that may overlap (every load comes before any store).
+/// Moves 17 to 64 bytes between ranges that may overlap (`memmove` semantics: 16-byte loads,
+/// every one before any store); [`copy`]'s path for those sizes.
 ///
 /// # Safety
 /// `src` valid for reads and `dst` for writes of `n` bytes, `17 <= n <= 64`.
