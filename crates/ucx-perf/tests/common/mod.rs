@@ -70,9 +70,11 @@ pub fn run_ok(args: &[&str], tls: Option<&str>, iters: f64) {
     let n = final_numbers(&c);
     assert_eq!(n.len(), 8, "{what}: no final report in {}", String::from_utf8_lossy(&c.stdout));
     assert_eq!(n[0], iters, "{what}: iterations");
-    // Latencies and message rates positive; the bandwidth columns are printed with two
-    // decimals in MB/s, so a slow 8-byte run (600 msg/s: 0.005 MB/s) shows 0.00.
-    assert!(n[1..4].iter().chain(&n[6..8]).all(|&v| v > 0.0), "{what}: {n:?}");
-    assert!(n[4..6].iter().all(|&v| v >= 0.0), "{what}: {n:?}");
+    // Latencies and the overall message rate positive; the bandwidth columns are printed with
+    // two decimals in MB/s, so a slow 8-byte run (600 msg/s: 0.005 MB/s) shows 0.00, and the
+    // last interval's message rate with none, so an interval slower than 0.5 msg/s (a 200 KB
+    // rendezvous over ud in the emulated VM) shows 0.
+    assert!(n[1..4].iter().chain(&n[7..8]).all(|&v| v > 0.0), "{what}: {n:?}");
+    assert!(n[4..7].iter().all(|&v| v >= 0.0), "{what}: {n:?}");
     eprintln!("{what}: latency {} us, bandwidth {} MB/s, {} msg/s", n[3], n[5], n[7]);
 }
