@@ -56,7 +56,28 @@ pub struct Peer {
     what: String,
 }
 
+/// Starts the ucp peer program at `exe` (a test's `env!("CARGO_BIN_EXE_ucp-peer")`) as
+/// `ucp-peer MODE ADDR ARGS...`, ADDR being `w`'s address, over the transports `tls` with the
+/// `UCX_*` settings `cfg` (`("RNDV_THRESH", "4096")` is `UCX_RNDV_THRESH=4096`).
+pub fn start_ucp_peer(exe: &str, mode: &str, args: &[&str], w: &ucp::Worker, tls: &str, cfg: &[(&str, &str)]) -> Peer {
+    let mut cmd = Command::new(exe);
+    cmd.args([mode, &crate::text::hex(w.address())]).args(args).env("UCX_TLS", tls);
+    for (k, v) in cfg {
+        cmd.env(format!("UCX_{k}"), v);
+    }
+    Peer::start(cmd, &format!("ucp-peer {mode} over {tls}"))
+}
+
 impl Peer {
+    /// Waits for the peer's `addr A` line (progressing `w`, at most `limit`) and connects an
+    /// endpoint of `w` to the worker address A.
+    pub fn connect(&mut self, w: &ucp::Worker, limit: Duration) -> ucp::Endpoint {
+        let a = self.expect("addr", limit, || {
+            w.progress();
+        });
+        w.ep_create(&crate::text::unhex(&a).expect("an address in hex")).expect("an endpoint to the peer")
+    }
+
     /// Starts `cmd` with piped stdin and stdout; `what` names it in failure messages.
     pub fn start(mut cmd: Command, what: &str) -> Peer {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());

@@ -15,8 +15,8 @@ use sc::{GenPeer, CONFIGS, SIZES, TIMEOUT};
 use tests::generic::Strided;
 use tests::text::pattern;
 use ucp::{
-    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, GenericBuf, RecvData, RecvResult,
-    RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
+    AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Datatype, Endpoint, Features, GenericBuf, RecvData,
+    RecvResult, RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
 };
 
 /// Two workers in this process (one for `self`) and an endpoint from the first to the second.
@@ -45,40 +45,37 @@ impl Local {
         l
     }
 
-    fn progress(&self) {
-        self.a.progress();
-        self.b.progress();
+    /// Posts on `b` a receive tagged `tag` of up to `n` bytes into `dst` through `dt`.
+    ///
+    /// # Safety
+    /// `dst` must outlive the receive and stay untouched until it completes.
+    unsafe fn recv_generic(&self, dt: &Datatype, dst: &mut [u8], n: usize, tag: u64) -> Result<RecvResult<'_>, Status> {
+        let data = RecvData::Generic(&GenericBuf::recv(dt, dst.as_mut_ptr(), n));
+        // SAFETY: forwarded from the caller.
+        unsafe { self.b.tag_recv_nbx(data, tag, FULL_MASK, RequestParam::new()) }
     }
 
-    fn wait_until(&self, mut done: impl FnMut() -> bool) {
-        let t = Instant::now();
-        while !done() {
-            self.progress();
-            assert!(t.elapsed() < TIMEOUT, "timed out");
-        }
+    fn wait_until(&self, done: impl FnMut() -> bool) {
+        sc::wait_until(self, "an operation", done)
     }
 
-    /// Waits for an operation's outcome.
     fn outcome(&self, r: Result<Option<ucp::Request<'_>>, Status>) -> Status {
-        match r {
-            Err(e) => e,
-            Ok(None) => Status::Ok,
-            Ok(Some(r)) => {
-                self.wait_until(|| r.is_completed());
-                r.status()
-            }
-        }
+        sc::outcome(self, r)
     }
 
     fn recv_outcome(&self, r: Result<RecvResult<'_>, Status>) -> (Status, usize) {
-        match r {
-            Err(e) => (e, 0),
-            Ok(RecvResult::Done(i)) => (Status::Ok, i.length),
-            Ok(RecvResult::Pending(r)) => {
-                self.wait_until(|| r.is_completed());
-                (r.status(), r.recv_info().map_or(0, |i| i.length))
-            }
-        }
+        sc::recv_outcome(self, r)
+    }
+
+    fn progress(&self) {
+        sc::Progress::progress_once(self);
+    }
+}
+
+impl sc::Progress for Local {
+    fn progress_once(&self) {
+        self.a.progress();
+        self.b.progress();
     }
 }
 
@@ -99,15 +96,8 @@ fn tag_round(l: &Local, what: &str) {
         let src = sd.scatter(&data);
         // Generic to generic, receive first.
         let mut dst = vec![0xeeu8; rd.span(n)];
-        let recv = unsafe {
-            // SAFETY: `dst` outlives the receive (waited for below).
-            l.b.tag_recv_nbx(
-                RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
-                7,
-                FULL_MASK,
-                RequestParam::new(),
-            )
-        };
+        // SAFETY: `dst` outlives the receive (waited for below).
+        let recv = unsafe { l.recv_generic(&rdt, &mut dst, n, 7) };
         // SAFETY: `src` outlives the send (waited for).
         let s = l.outcome(unsafe {
             l.ab.tag_send_nbx(SendData::Generic(&GenericBuf::send(&sdt, src.as_ptr(), n)), 7, RequestParam::new())
@@ -124,14 +114,7 @@ fn tag_round(l: &Local, what: &str) {
             l.progress();
         }
         // SAFETY: `dst` outlives the receive (waited for).
-        let got = l.recv_outcome(unsafe {
-            l.b.tag_recv_nbx(
-                RecvData::Generic(&GenericBuf::recv(&rdt, dst.as_mut_ptr(), n)),
-                8,
-                FULL_MASK,
-                RequestParam::new(),
-            )
-        });
+        let got = l.recv_outcome(unsafe { l.recv_generic(&rdt, &mut dst, n, 8) });
         assert_eq!(got, (Status::Ok, n), "{what}: unexpected {n} into generic");
         assert_eq!(l.outcome(send), Status::Ok);
         assert_eq!(rd.gather(&dst, n), data, "{what}: unexpected {n} scattered");
@@ -311,14 +294,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             assert_eq!(r.err(), Some(Status::Rejected), "{tls}: start_pack error");
             let mut dst = vec![0u8; bad.span(n)];
             // SAFETY: refused before anything is received.
-            let r = unsafe {
-                l.b.tag_recv_nbx(
-                    RecvData::Generic(&GenericBuf::recv(&bdt, dst.as_mut_ptr(), n)),
-                    1,
-                    FULL_MASK,
-                    RequestParam::new(),
-                )
-            };
+            let r = unsafe { l.recv_generic(&bdt, &mut dst, n, 1) };
             assert_eq!(r.err(), Some(Status::Rejected), "{tls}: start_unpack error");
 
             // A pack error in the middle of the message.
@@ -344,22 +320,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             let mut d1 = vec![0xeeu8; fail.span(n)];
             let mut d2 = vec![0xeeu8; good.span(n)];
             // SAFETY: both destinations outlive their receives (waited for).
-            let (r1, r2) = unsafe {
-                (
-                    l.b.tag_recv_nbx(
-                        RecvData::Generic(&GenericBuf::recv(&fdt, d1.as_mut_ptr(), n)),
-                        3,
-                        FULL_MASK,
-                        RequestParam::new(),
-                    ),
-                    l.b.tag_recv_nbx(
-                        RecvData::Generic(&GenericBuf::recv(&gdt, d2.as_mut_ptr(), n)),
-                        3,
-                        FULL_MASK,
-                        RequestParam::new(),
-                    ),
-                )
-            };
+            let (r1, r2) = unsafe { (l.recv_generic(&fdt, &mut d1, n, 3), l.recv_generic(&gdt, &mut d2, n, 3)) };
             for _ in 0..2 {
                 // SAFETY: `data` outlives the send (waited for).
                 let s = l.outcome(unsafe { l.ab.tag_send_nbx(SendData::Contig(&data), 3, RequestParam::new()) });
@@ -375,14 +336,7 @@ fn failing_callbacks_fail_their_requests_and_nothing_else() {
             let sdt = short.datatype();
             let mut d = vec![0xeeu8; short.span(n / 2)];
             // SAFETY: `d` outlives the receive (waited for).
-            let r = unsafe {
-                l.b.tag_recv_nbx(
-                    RecvData::Generic(&GenericBuf::recv(&sdt, d.as_mut_ptr(), n / 2)),
-                    4,
-                    FULL_MASK,
-                    RequestParam::new(),
-                )
-            };
+            let r = unsafe { l.recv_generic(&sdt, &mut d, n / 2, 4) };
             // SAFETY: `data` outlives the send (waited for).
             let s = l.outcome(unsafe { l.ab.tag_send_nbx(SendData::Contig(&data), 4, RequestParam::new()) });
             assert_eq!((s, l.recv_outcome(r).0), (Status::Ok, Status::MessageTruncated), "{tls} {n}: truncation");

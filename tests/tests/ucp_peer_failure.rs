@@ -11,13 +11,11 @@
 //! where there is an RDMA device (the VM of `tools/rdma-vm/test`): there the dead peer's queue
 //! pair stops answering and the survivor's keepalive write exhausts its retries.
 
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tests::peer::Peer;
+use tests::peer::start_ucp_peer;
 use tests::tag::{DYING_BIG as BIG, DYING_BIG_LEN as BIG_LEN, DYING_SMALL as SMALL};
-use tests::text::hex;
 use ucp::{
     Context, ContextParams, Features, ProtoCounts, RecvData, RecvResult, Request, RequestParam, Status, Worker,
     WorkerParams, FULL_MASK,
@@ -56,9 +54,7 @@ fn served(c: ProtoCounts) -> u64 {
 /// die once its rendezvous request has arrived here: matched to the receive posted first (the
 /// worker counts a rendezvous it started serving), or waiting unexpected.
 fn run_peer(w: &Worker, tls: &str, mode: &str) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-    cmd.args(["dying", &hex(w.address()), mode]).env("UCX_TLS", tls).env("UCX_RNDV_THRESH", "1000");
-    let mut peer = Peer::start(cmd, &format!("ucp-peer dying {mode}"));
+    let mut peer = start_ucp_peer(env!("CARGO_BIN_EXE_ucp-peer"), "dying", &[mode], w, tls, &[("RNDV_THRESH", "1000")]);
     let progress = || {
         w.progress();
     };

@@ -23,10 +23,10 @@ pub unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
     // SAFETY: each access lies within the first `n` bytes of its range
     // (offsets `0` and `n - w` for a width `w <= n`); unaligned accesses are used throughout.
     unsafe {
-        if n > 16 && n <= 64 {
-            copy_17_64(src, dst, n);
-        } else if n > 16 {
-            if n >= ALIAS_MIN && aliased(src, dst) {
+        if n > 16 {
+            if n <= 64 {
+                move_small(src, dst, n);
+            } else if n >= ALIAS_MIN && aliased(src, dst) {
                 copy_aliased(src, dst, n);
             } else {
                 std::ptr::copy_nonoverlapping(src, dst, n);
@@ -54,12 +54,12 @@ pub unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
 /// Moves 17 to 64 bytes with 16-byte loads and stores (the first and last 16 or 32 bytes,
 /// overlapping in the middle), every load before any store: no call into the C library,
 /// whose `memcpy` dispatch costs about as much as the copy at these sizes; and correct for
-/// overlapping ranges too (as `memmove`), so `move_small` shares it.
+/// overlapping ranges too (`memmove` semantics). [`copy`]'s path for those sizes.
 ///
 /// # Safety
 /// `src` valid for reads and `dst` for writes of `n` bytes, `17 <= n <= 64`.
 #[inline(always)]
-unsafe fn copy_17_64(src: *const u8, dst: *mut u8, n: usize) {
+pub unsafe fn move_small(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert!((17..=64).contains(&n));
     // SAFETY: every access is 16 bytes at offset 0, 16, n - 32 or n - 16 (the latter two only
     // when n > 32, so n - 32 >= 1), all within the `n` bytes of each range; unaligned.
@@ -79,17 +79,6 @@ unsafe fn copy_17_64(src: *const u8, dst: *mut u8, n: usize) {
             dst.add(n - 16).cast::<V>().write_unaligned(z);
         }
     }
-}
-
-/// Moves 17 to 64 bytes between ranges that may overlap (`memmove` semantics: 16-byte loads,
-/// every one before any store); [`copy`]'s path for those sizes.
-///
-/// # Safety
-/// `src` valid for reads and `dst` for writes of `n` bytes, `17 <= n <= 64`.
-#[inline(always)]
-pub unsafe fn move_small(src: *const u8, dst: *mut u8, n: usize) {
-    // SAFETY: forwarded from the caller.
-    unsafe { copy_17_64(src, dst, n) }
 }
 
 /// The smallest copy the C library moves with `rep movsb` is larger than this (2 KiB copies

@@ -3,13 +3,12 @@
 
 #![allow(dead_code)]
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use std::future::Future;
-use tests::peer::Peer;
-use tests::text::{hex, pattern, unhex};
+use tests::peer::{start_ucp_peer, Peer};
+use tests::text::pattern;
 
 use ucp::{
     AmData, AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Endpoint, Features, RecvFuture, RequestParam,
@@ -48,16 +47,8 @@ pub struct AmPeer {
 
 impl AmPeer {
     pub fn spawn(w: &Worker, tls: &str, cfg: &[(&str, &str)]) -> AmPeer {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-        cmd.args(["am", &hex(w.address())]).env("UCX_TLS", tls);
-        for (k, v) in cfg {
-            cmd.env(format!("UCX_{k}"), v);
-        }
-        let mut peer = Peer::start(cmd, &format!("ucp-peer am over {tls}"));
-        let a = peer.expect("addr", TIMEOUT, || {
-            w.progress();
-        });
-        let ep = w.ep_create(&unhex(&a).expect("an address in hex")).unwrap();
+        let mut peer = start_ucp_peer(env!("CARGO_BIN_EXE_ucp-peer"), "am", &[], w, tls, cfg);
+        let ep = peer.connect(w, TIMEOUT);
         AmPeer { peer, ep }
     }
 

@@ -6,13 +6,12 @@
 
 #![allow(dead_code)]
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tests::generic::Strided;
-use tests::peer::Peer;
-use tests::text::{hex, pattern, unhex};
+use tests::peer::{start_ucp_peer, Peer};
+use tests::text::pattern;
 use ucp::{
     AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, Context, ContextParams, Endpoint, Features, GenericBuf, RecvData,
     RecvResult, Request, RequestParam, SendData, Status, StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
@@ -76,16 +75,8 @@ pub struct GenPeer {
 
 impl GenPeer {
     pub fn spawn(w: &Worker, tls: &str, cfg: &[(&str, &str)]) -> GenPeer {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-        cmd.args(["generic", &hex(w.address())]).env("UCX_TLS", tls);
-        for (k, v) in cfg {
-            cmd.env(format!("UCX_{k}"), v);
-        }
-        let mut peer = Peer::start(cmd, &format!("ucp-peer generic over {tls}"));
-        let a = peer.expect("addr", TIMEOUT, || {
-            w.progress();
-        });
-        let ep = w.ep_create(&unhex(&a).expect("an address in hex")).unwrap();
+        let mut peer = start_ucp_peer(env!("CARGO_BIN_EXE_ucp-peer"), "generic", &[], w, tls, cfg);
+        let ep = peer.connect(w, TIMEOUT);
         let echoes: Echoes = Arc::default();
         let e = echoes.clone();
         w.set_am_recv_handler(
@@ -110,31 +101,47 @@ impl GenPeer {
     }
 }
 
-fn wait_until(w: &Worker, what: &str, mut done: impl FnMut() -> bool) {
+/// What drives the operations a scenario waits for: one worker, or (`ucp_generic`) two in
+/// one process.
+pub trait Progress {
+    /// Progresses once.
+    fn progress_once(&self);
+}
+
+impl Progress for Worker {
+    fn progress_once(&self) {
+        self.progress();
+    }
+}
+
+/// Progresses `p` until `done` (at most [`TIMEOUT`]; `what` names the wait if it runs out).
+pub fn wait_until(p: &impl Progress, what: &str, mut done: impl FnMut() -> bool) {
     let t = Instant::now();
     while !done() {
-        w.progress();
+        p.progress_once();
         assert!(t.elapsed() < TIMEOUT, "timed out waiting for {what}");
     }
 }
 
-fn outcome(w: &Worker, r: Result<Option<Request<'_>>, Status>) -> Status {
+/// The outcome of a send or other operation: at once, or its request's once completed.
+pub fn outcome(p: &impl Progress, r: Result<Option<Request<'_>>, Status>) -> Status {
     match r {
         Err(e) => e,
         Ok(None) => Status::Ok,
         Ok(Some(r)) => {
-            wait_until(w, "a send", || r.is_completed());
+            wait_until(p, "a send", || r.is_completed());
             r.status()
         }
     }
 }
 
-fn recv_outcome(w: &Worker, r: Result<RecvResult<'_>, Status>) -> (Status, usize) {
+/// The status and length of a receive: at once, or its request's once completed.
+pub fn recv_outcome(p: &impl Progress, r: Result<RecvResult<'_>, Status>) -> (Status, usize) {
     match r {
         Err(e) => (e, 0),
         Ok(RecvResult::Done(i)) => (Status::Ok, i.length),
         Ok(RecvResult::Pending(r)) => {
-            wait_until(w, "a receive", || r.is_completed());
+            wait_until(p, "a receive", || r.is_completed());
             (r.status(), r.recv_info().map_or(0, |i| i.length))
         }
     }

@@ -4,10 +4,9 @@
 
 #![allow(dead_code)]
 
-use std::process::Command;
 use std::time::Duration;
 
-use tests::peer::Peer;
+use tests::peer::{start_ucp_peer, Peer};
 use tests::text::{hex, pattern, unhex};
 use ucp::{
     Context, ContextParams, Features, MemHandle, RecvData, RequestParam, SendData, Status, Worker, WorkerParams,
@@ -26,9 +25,7 @@ pub fn worker(tls: &str) -> Worker {
 }
 
 fn peer(w: &Worker, tls: &str) -> Peer {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-    cmd.args(["rma", &hex(w.address())]).env("UCX_TLS", tls);
-    Peer::start(cmd, &format!("rma peer over {tls}"))
+    start_ucp_peer(env!("CARGO_BIN_EXE_ucp-peer"), "rma", &[], w, tls, &[])
 }
 
 /// This process's region: allocated by the worker or its own buffer, with its packed key.

@@ -1,11 +1,9 @@
 //! The stream scenario across processes, shared by `ucp_stream` and `ucp_stream_ib`.
 
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tests::peer::Peer;
-use tests::text::hex;
+use tests::peer::start_ucp_peer;
 use ucp::{Context, ContextParams, Features, Worker, WorkerParams};
 
 /// Busy-polling tests run one at a time.
@@ -25,12 +23,7 @@ pub fn both_ways(tls: &str, cfg: &[(&str, &str)], count: u64, max: u64) {
         p = p.with_config(k, v);
     }
     let w = Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new("stream-test")).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-    cmd.args(["stream", &hex(w.address())]).env("UCX_TLS", tls);
-    for (k, v) in cfg {
-        cmd.env(format!("UCX_{k}"), v);
-    }
-    let mut peer = Peer::start(cmd, &format!("ucp-peer stream over {tls}"));
+    let mut peer = start_ucp_peer(env!("CARGO_BIN_EXE_ucp-peer"), "stream", &[], &w, tls, cfg);
     let progress = |w: &Worker| {
         w.progress();
     };

@@ -5,13 +5,12 @@
 
 #![allow(dead_code)]
 
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tests::peer::Peer;
+use tests::peer::{start_ucp_peer, Peer};
 use tests::tag::start_send;
-use tests::text::{hex, pattern, unhex};
+use tests::text::{pattern, unhex};
 use ucp::{
     Context, ContextParams, Endpoint, Features, RecvData, RecvInfo, RecvResult, Request, RequestParam, Status, Worker,
     FULL_MASK,
@@ -110,15 +109,8 @@ impl RemoteSender {
     }
 
     fn start(w: &Worker, tls: &str, cfg: &[(&str, &str)], defer: bool) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-        cmd.args(["tag", &hex(w.address())]).env("UCX_TLS", tls);
-        if defer {
-            cmd.arg("defer");
-        }
-        for (k, v) in cfg {
-            cmd.env(format!("UCX_{k}"), v);
-        }
-        RemoteSender { peer: Peer::start(cmd, &format!("ucp-peer tag over {tls}")) }
+        let args: &[&str] = if defer { &["defer"] } else { &[] };
+        RemoteSender { peer: start_ucp_peer(env!("CARGO_BIN_EXE_ucp-peer"), "tag", args, w, tls, cfg) }
     }
 
     /// Sends a command; returns the answer, progressing `w` meanwhile.
