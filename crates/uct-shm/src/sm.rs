@@ -19,16 +19,33 @@ use uct::AtomicOp;
 /// As `std::ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
 #[inline(always)]
 pub(crate) unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    if (8..=16).contains(&len) {
+    // The ladder of `ucs::memory::copy`: one comparison for 8 to 16 bytes (the RMA word), two
+    // for 17 to 64, without a call.
+    if len > 16 {
+        if len <= 64 {
+            // SAFETY: the caller's contract; `move_small` loads everything before it stores.
+            unsafe { ucs::memory::move_small(src, dst, len) }
+        } else if len >= 1024
+            && ((src as usize).wrapping_add(len) <= dst as usize || (dst as usize).wrapping_add(len) <= src as usize)
+        {
+            // Distinct ranges (the common case): the copy that keeps clear of `rep movsb`'s
+            // slow distances (`ucs::memory`).
+            // SAFETY: the caller's contract, and the ranges do not overlap (checked).
+            unsafe { ucs::memory::copy(src, dst, len) }
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { std::ptr::copy(src, dst, len) }
+        }
+    } else if len >= 8 {
         // SAFETY: the accesses are the first and last 8 bytes of the `len`-byte ranges the
-        // caller vouches for, unaligned.
+        // caller vouches for, unaligned; both loads come before the stores.
         unsafe {
             let a = src.cast::<u64>().read_unaligned();
             let b = src.add(len - 8).cast::<u64>().read_unaligned();
             dst.cast::<u64>().write_unaligned(a);
             dst.add(len - 8).cast::<u64>().write_unaligned(b);
         }
-    } else if (4..8).contains(&len) {
+    } else if len >= 4 {
         // SAFETY: the first and last 4 bytes of the ranges, as above.
         unsafe {
             let a = src.cast::<u32>().read_unaligned();
@@ -36,16 +53,6 @@ pub(crate) unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
             dst.cast::<u32>().write_unaligned(a);
             dst.add(len - 4).cast::<u32>().write_unaligned(b);
         }
-    } else if (17..=64).contains(&len) {
-        // SAFETY: the caller's contract; `move_small` loads everything before it stores.
-        unsafe { ucs::memory::move_small(src, dst, len) }
-    } else if len >= 1024
-        && ((src as usize).wrapping_add(len) <= dst as usize || (dst as usize).wrapping_add(len) <= src as usize)
-    {
-        // Distinct ranges (the common case): the copy that keeps clear of `rep movsb`'s slow
-        // distances (`ucs::memory`).
-        // SAFETY: the caller's contract, and the ranges do not overlap (checked).
-        unsafe { ucs::memory::copy(src, dst, len) }
     } else {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy(src, dst, len) }
@@ -224,7 +231,9 @@ macro_rules! impl_sm_rma {
                 return Ok(ucs::Outcome::Done(()));
             }
             // SAFETY: `sm_access` keeps the region valid while the closure runs; `write` checks bounds.
-            crate::sm::cold(|| self.sm_access(rkey, remote_addr, data.len(), |r, off| unsafe { r.write(off, data) }))
+            crate::sm::cold(move || {
+                self.sm_access(rkey, remote_addr, data.len(), |r, off| unsafe { r.write(off, data) })
+            })
         }
 
         #[inline]
@@ -235,7 +244,7 @@ macro_rules! impl_sm_rma {
                 unsafe { crate::sm::move_bytes(src, buffer.as_mut_ptr(), len) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            crate::sm::cold(|| {
+            crate::sm::cold(move || {
                 // SAFETY: region valid (as above); `buffer` is an exclusive slice of `len` bytes.
                 self.sm_access(rkey, remote_addr, len, |r, off| unsafe { r.read(off, buffer.as_mut_ptr(), len) })
             })
@@ -270,7 +279,7 @@ macro_rules! impl_sm_rma {
                 $crate::sm::atomic_op32(a, op, value);
                 return Ok(ucs::Outcome::Done(()));
             }
-            $crate::sm::cold(|| {
+            $crate::sm::cold(move || {
                 self.sm_access(rkey, remote_addr, 4, |r, off| {
                     // SAFETY: region valid (as above); `atomic32` checks bounds and alignment.
                     unsafe { r.atomic32(off) }.map(|a| {
@@ -296,7 +305,7 @@ macro_rules! impl_sm_rma {
                 $crate::sm::atomic_op64(a, op, value);
                 return Ok(ucs::Outcome::Done(()));
             }
-            $crate::sm::cold(|| {
+            $crate::sm::cold(move || {
                 self.sm_access(rkey, remote_addr, 8, |r, off| {
                     // SAFETY: region valid (as above); `atomic64` checks bounds and alignment.
                     unsafe { r.atomic64(off) }.map(|a| {
@@ -326,7 +335,7 @@ macro_rules! impl_sm_rma {
                 unsafe { result.write(old) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            $crate::sm::cold(|| {
+            $crate::sm::cold(move || {
                 // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
                 self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
                     r.atomic32(off).map(|a| result.write($crate::sm::atomic_op32(a, op, value)))
@@ -354,7 +363,7 @@ macro_rules! impl_sm_rma {
                 unsafe { result.write(old) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            $crate::sm::cold(|| {
+            $crate::sm::cold(move || {
                 // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
                 self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
                     r.atomic64(off).map(|a| result.write($crate::sm::atomic_op64(a, op, value)))
@@ -379,7 +388,7 @@ macro_rules! impl_sm_rma {
                 unsafe { result.write(old) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            $crate::sm::cold(|| {
+            $crate::sm::cold(move || {
                 // SAFETY: region valid; checked by `atomic32`; the caller vouches for `result`.
                 self.sm_access(rkey, remote_addr, 4, |r, off| unsafe {
                     r.atomic32(off).map(|a| result.write($crate::sm::cswap32(a, compare, swap)))
@@ -404,7 +413,7 @@ macro_rules! impl_sm_rma {
                 unsafe { result.write(old) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            $crate::sm::cold(|| {
+            $crate::sm::cold(move || {
                 // SAFETY: region valid; checked by `atomic64`; the caller vouches for `result`.
                 self.sm_access(rkey, remote_addr, 8, |r, off| unsafe {
                     r.atomic64(off).map(|a| result.write($crate::sm::cswap64(a, compare, swap)))

@@ -57,6 +57,52 @@ const AM_ID: u8 = 1;
 const WARMUP_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 const PROGRESS_EVERY: u32 = 16;
 
+/// A test's operation and data layout. The message loops take it as an argument, and `run`
+/// calls them through [`with_const_op!`] with a constant for each supported pair, so that each
+/// pair gets a loop of its own without a match per message (`ucx_perftest`'s template for each
+/// command and layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Op {
+    cmd: Command,
+    layout: DataLayout,
+}
+
+/// `with_const_op!(op, |o| body)`: `body` with `o` bound to `op` as a constant `Op` (one copy
+/// of `body` for each operation and layout `send` distinguishes; other pairs run with `op`
+/// itself, and fail at the first send). The loops `body` calls are `#[inline(always)]`.
+macro_rules! with_const_op {
+    ($op:expr, |$o:ident| $body:expr) => {{
+        use Command as C;
+        use DataLayout as L;
+        let op: Op = $op;
+        macro_rules! arm {
+            ($c:expr, $l:expr) => {{
+                let $o = Op { cmd: $c, layout: $l };
+                $body
+            }};
+        }
+        match (op.cmd, op.layout) {
+            (C::Am, L::Short) => arm!(C::Am, L::Short),
+            (C::Am, L::ShortIov) => arm!(C::Am, L::ShortIov),
+            (C::Am, L::Bcopy) => arm!(C::Am, L::Bcopy),
+            (C::Put, L::Short) => arm!(C::Put, L::Short),
+            (C::Put, L::Bcopy) => arm!(C::Put, L::Bcopy),
+            (C::Put, L::Zcopy) => arm!(C::Put, L::Zcopy),
+            (C::Get, L::Bcopy) => arm!(C::Get, L::Bcopy),
+            (C::Get, L::Zcopy) => arm!(C::Get, L::Zcopy),
+            // The atomics ignore the layout.
+            (C::Add, l) => arm!(C::Add, l),
+            (C::Fadd, l) => arm!(C::Fadd, l),
+            (C::Swap, l) => arm!(C::Swap, l),
+            (C::Cswap, l) => arm!(C::Cswap, l),
+            _ => {
+                let $o = op;
+                $body
+            }
+        }
+    }};
+}
+
 /// Out-of-band exchange with the peer (the TCP bootstrap, or loopback).
 pub trait Exchange {
     /// Sends our blob, returns the peer's.
@@ -186,9 +232,6 @@ struct Ctx<'a> {
     sends: Cell<u32>,
     /// Counts operations in flight: +1 for each `InProgress`, -1 as the transport completes.
     inflight: Rc<uct::Completion>,
-    /// The operation and data layout, read once (the per-message code matches on them).
-    cmd: Command,
-    layout: DataLayout,
     _md: Rc<dyn Md>,
 }
 
@@ -260,8 +303,6 @@ impl<'a> Ctx<'a> {
             length,
             sends: Cell::new(0),
             inflight: uct::Completion::counter(0),
-            cmd: spec.cmd(),
-            layout: spec.layout(),
             _md: md,
         })
     }
@@ -280,8 +321,8 @@ impl<'a> Ctx<'a> {
 
     /// The sequence number as the receiving side sees it.
     #[inline]
-    fn recv_sn(&self, pingpong: bool) -> u8 {
-        let at = match self.cmd {
+    fn recv_sn(&self, op: Op, pingpong: bool) -> u8 {
+        let at = match op.cmd {
             Command::Am => return self.am_sn.get(),
             Command::Put if pingpong => self.length - 1,
             _ => 0,
@@ -299,13 +340,13 @@ impl<'a> Ctx<'a> {
 
     /// One operation carrying `sn` (`prev` is the previous sequence number, for adds).
     #[inline(always)]
-    fn send(&self, sn: u8, prev: u8, pingpong: bool) -> Result<Outcome<()>, Status> {
+    fn send(&self, op: Op, sn: u8, prev: u8, pingpong: bool) -> Result<Outcome<()>, Status> {
         let len = self.length;
         // SAFETY: `len` bytes of the send buffer are valid for the whole test.
         let buf = unsafe { std::slice::from_raw_parts(self.send.ptr, len) };
         let raddr = self.remote_addr;
         let done = |o: Outcome<usize>| o.map(|_| ());
-        match (self.cmd, self.layout) {
+        match (op.cmd, op.layout) {
             (Command::Am, DataLayout::Short) => self.ep.am_short(AM_ID, sn as u64, &buf[8..]),
             (Command::Am, DataLayout::ShortIov) => {
                 self.set_send_sn(0, sn);
@@ -373,7 +414,7 @@ impl<'a> Ctx<'a> {
             },
             (Command::Fadd | Command::Swap | Command::Cswap, _) => {
                 let rkey = self.rkey()?;
-                let (op, val) = match self.cmd {
+                let (op, val) = match op.cmd {
                     Command::Fadd => (AtomicOp::Add, sn.wrapping_sub(prev) as u64),
                     Command::Swap => (AtomicOp::Swap, sn as u64),
                     _ => (AtomicOp::Cswap, sn as u64),
@@ -418,10 +459,10 @@ impl<'a> Ctx<'a> {
 
     /// Sends until the transport takes the operation, progressing on `NoResource`.
     #[inline(always)]
-    fn send_b(&self, sn: u8, prev: u8, pingpong: bool) -> Result<(), String> {
+    fn send_b(&self, op: Op, sn: u8, prev: u8, pingpong: bool) -> Result<(), String> {
         self.wait_for_window();
         loop {
-            match self.send(sn, prev, pingpong) {
+            match self.send(op, sn, prev, pingpong) {
                 Ok(Outcome::Done(())) => {
                     let n = self.sends.get().wrapping_add(1);
                     self.sends.set(n);
@@ -483,10 +524,10 @@ impl<'a> Ctx<'a> {
     /// medians of 11 runs: 0.043 us this way, 0.058 us with two progress calls, 0.063 us with
     /// progress + `PAUSE`, C 0.053 us).
     #[inline(always)]
-    fn wait_sn(&self, sn: u8) {
-        if self.cmd == Command::Am {
+    fn wait_sn(&self, op: Op, sn: u8) {
+        if op.cmd == Command::Am {
             // Progress is what receives active messages: call it on every poll.
-            while self.recv_sn(true) != sn {
+            while self.recv_sn(op, true) != sn {
                 self.progress_responder();
             }
             return;
@@ -494,7 +535,7 @@ impl<'a> Ctx<'a> {
         // Polling memory the peer writes: read it often, but not back to back (a reader that
         // hammers the line delays the writer's store), and progress on every other poll.
         let mut polls = 0u32;
-        while self.recv_sn(true) != sn {
+        while self.recv_sn(op, true) != sn {
             polls = polls.wrapping_add(1);
             if polls % 2 == 0 {
                 self.progress_responder();
@@ -504,22 +545,23 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn pingpong(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
+    #[inline(always)]
+    fn pingpong(&self, op: Op, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.length as u64;
         let mut sn: u8 = 0;
         if self.spec.params.loopback || self.spec.index == 0 {
             while !meter.done() {
-                self.send_b(sn, sn.wrapping_sub(1), true)?;
+                self.send_b(op, sn, sn.wrapping_sub(1), true)?;
                 if meter.update(1, len) {
                     report(&meter.measure(true));
                 }
-                self.wait_sn(sn);
+                self.wait_sn(op, sn);
                 sn = sn.wrapping_add(1);
             }
         } else {
             while !meter.done() {
-                self.wait_sn(sn);
-                self.send_b(sn, sn.wrapping_sub(1), true)?;
+                self.wait_sn(op, sn);
+                self.send_b(op, sn, sn.wrapping_sub(1), true)?;
                 if meter.update(1, len) {
                     report(&meter.measure(true));
                 }
@@ -529,10 +571,11 @@ impl<'a> Ctx<'a> {
         self.flush()
     }
 
-    fn stream(&self, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
+    #[inline(always)]
+    fn stream(&self, op: Op, meter: &mut Meter, report: &mut dyn FnMut(&Measured)) -> Result<(), String> {
         let len = self.length as u64;
-        let fc = self.cmd == Command::Am;
-        let to_responder = self.cmd != Command::Get;
+        let fc = op.cmd == Command::Am;
+        let to_responder = op.cmd != Command::Get;
         let window = self.spec.fc_window();
         if self.spec.params.loopback || self.spec.index == 1 {
             let mut send_sn: u8 = if fc { 1 } else { 0 };
@@ -543,10 +586,10 @@ impl<'a> Ctx<'a> {
                     while (send_sn.wrapping_sub(self.am_sn.get()) as i8) > window as i8 {
                         self.progress_responder();
                     }
-                    self.send_b(send_sn, send_sn.wrapping_sub(1), false)?;
+                    self.send_b(op, send_sn, send_sn.wrapping_sub(1), false)?;
                     send_sn = send_sn.wrapping_add(1);
                 } else {
-                    self.send_b(send_sn, send_sn, false)?;
+                    self.send_b(op, send_sn, send_sn, false)?;
                 }
                 if meter.update(1, len) {
                     report(&meter.measure(true));
@@ -559,7 +602,7 @@ impl<'a> Ctx<'a> {
                 }
             } else if to_responder {
                 self.set_send_sn(0, 2);
-                self.send_b(2, send_sn, false)?;
+                self.send_b(op, 2, send_sn, false)?;
             } else {
                 // SAFETY: byte 0 of our receive buffer, read by the peer's gets.
                 unsafe { self.recv.ptr.write_volatile(2) };
@@ -572,7 +615,7 @@ impl<'a> Ctx<'a> {
                 self.progress_responder();
                 let sn = self.am_sn.get();
                 if (sn.wrapping_sub(acked) as i8) > (window / 2) as i8 {
-                    self.send_b(sn, acked, false)?;
+                    self.send_b(op, sn, acked, false)?;
                     acked = sn;
                 }
                 let d = sn.wrapping_sub(last) as u64;
@@ -583,7 +626,7 @@ impl<'a> Ctx<'a> {
             }
             let sn = self.am_sn.get();
             if sn != acked {
-                self.send_b(sn, acked, false)?;
+                self.send_b(op, sn, acked, false)?;
             }
         } else {
             // Receiver of RMA/atomics: wait for the sentinel. For get, the data flows to the
@@ -599,7 +642,7 @@ impl<'a> Ctx<'a> {
                     continue;
                 }
                 let sn = if to_responder {
-                    self.recv_sn(false)
+                    self.recv_sn(op, false)
                 } else {
                     // SAFETY: byte 0 of our send buffer, written by our gets.
                     unsafe { self.send.ptr.read_volatile() }
@@ -608,7 +651,7 @@ impl<'a> Ctx<'a> {
                     break;
                 }
                 if !to_responder && poll.elapsed().as_millis() >= 1 {
-                    self.send_b(0, 0, false)?;
+                    self.send_b(op, 0, 0, false)?;
                     poll = std::time::Instant::now();
                 }
             }
@@ -664,10 +707,11 @@ pub fn run(
                 report(m, false)
             }
         };
+        let op = Op { cmd: spec.cmd(), layout: spec.layout() };
         if spec.pingpong() {
-            ctx.pingpong(&mut meter, &mut rep)?;
+            with_const_op!(op, |op| ctx.pingpong(op, &mut meter, &mut rep))?;
         } else {
-            ctx.stream(&mut meter, &mut rep)?;
+            with_const_op!(op, |op| ctx.stream(op, &mut meter, &mut rep))?;
         }
         meter.stop();
         let m = meter.measure(true);
