@@ -262,6 +262,54 @@ fn kept_data_lives_until_released() {
     }
 }
 
+/// Without PERSISTENT_DATA, a message that arrived in a transport descriptor (every one over
+/// `self`; a bcopy one over posix) can still be kept: the handler that takes it gets the same
+/// bytes, valid until released, while the descriptors of the messages it does not take go
+/// back to the transport (more messages than the transport has descriptors arrive).
+#[test]
+fn descriptor_data_can_be_taken_without_persistent_flag() {
+    let _g = serial();
+    for tls in ["self", "posix"] {
+        let p = Pair::new(tls, &[]);
+        type Kept = Vec<(usize, Vec<u8>, ucp::AmData)>;
+        let kept: Arc<Mutex<Kept>> = Arc::default();
+        let seen = Arc::new(Mutex::new(0usize));
+        let (k, s) = (kept.clone(), seen.clone());
+        p.b.set_am_recv_handler(
+            5,
+            Some(move |m: &mut AmMsg<'_>| {
+                let n = {
+                    let mut s = s.lock().unwrap();
+                    *s += 1;
+                    *s - 1
+                };
+                if m.data_persistent() && n % 5 == 0 {
+                    let copy = m.data().to_vec();
+                    let d = m.take_data().expect("descriptor data can be taken");
+                    assert!(m.take_data().is_none(), "taken twice");
+                    assert_eq!(d.as_ptr(), m.data().as_ptr(), "kept where it was lent");
+                    k.lock().unwrap().push((n, copy, d));
+                }
+            }),
+            AmHandlerFlags::empty(),
+        )
+        .unwrap();
+        let sizes = [100usize, 1000, 4000];
+        let total = 600;
+        for i in 0..total {
+            let n = sizes[i % sizes.len()];
+            assert_eq!(p.send(5, b"h", &pattern(n, i as u8), AmSendFlags::empty()), Status::Ok);
+        }
+        p.wait_until(|| *seen.lock().unwrap() >= total);
+        let all = std::mem::take(&mut *kept.lock().unwrap());
+        assert!(!all.is_empty(), "{tls}: no message arrived in a descriptor");
+        for (n, copy, d) in &all {
+            assert_eq!(**d, copy[..], "{tls}: kept message {n} changed");
+            assert!(**d == pattern(sizes[n % sizes.len()], *n as u8), "{tls}: kept message {n}");
+        }
+    }
+}
+
 /// Without PERSISTENT_DATA an inline message cannot be kept: take_data says so.
 #[test]
 fn inline_data_is_lent_only_for_the_call() {

@@ -73,13 +73,10 @@ impl AmState {
     /// dropped) and, when whole, returned for delivery.
     pub fn on_msg<'a, L>(&mut self, sh: &Shared<L>, id: u8, m: uct::AmRecv<'a>) -> Option<AmArrival<'a>> {
         let base = m.data().as_ptr() as usize;
+        if id == wire::AM_AM_ONLY {
+            return whole(m, |raw| reply_ep(sh, raw, "active message"));
+        }
         let arrival = match wire::Msg::decode(id, m.data()) {
-            Ok(wire::Msg::Am(h, user, data)) => {
-                let reply = if h.w.reply() { Some(reply_ep(sh, h.ep, "active message")?) } else { None };
-                let hdr = (user.as_ptr() as usize - base, user.len());
-                let data = data.as_ptr() as usize - base;
-                return Some(AmArrival { id: h.w.id, reply, bytes: AmBytes::Recv { m, hdr, data } });
-            }
             Ok(wire::Msg::AmFirst(h, user, data)) => self.on_first(sh, h, user, data),
             Ok(wire::Msg::AmMiddle(h, data)) => self.on_middle(h, data),
             Ok(wire::Msg::AmRts(h, user)) => {
@@ -209,7 +206,30 @@ impl AmState {
 
 /// The endpoint a message names (the receiver's endpoint to its sender, raw id), if it is one
 /// of this worker's and not failed; logged otherwise.
-fn reply_ep<L>(sh: &Shared<L>, raw: u64, what: &str) -> Option<Id> {
+/// A whole active message (AM id `AM_AM_ONLY`, the common case), decoded on its own rather
+/// than by the general decoder: the arrival, or `None` (logged) for a malformed message or
+/// one whose reply endpoint `reply_ep` refuses (called only when the sender asked for one, so
+/// that the driver enters the engine only then).
+#[inline]
+pub(crate) fn whole<'a>(m: uct::AmRecv<'a>, reply_ep: impl FnOnce(u64) -> Option<Id>) -> Option<AmArrival<'a>> {
+    let bytes = m.data();
+    let base = bytes.as_ptr() as usize;
+    let (h, user, data) = match wire::am::AmHdr::decode(bytes) {
+        Ok(d) => d,
+        Err(e) => {
+            crate::engine::am::malformed(e);
+            return None;
+        }
+    };
+    let hdr = (user.as_ptr() as usize - base, user.len());
+    let data = data.as_ptr() as usize - base;
+    let reply = if h.w.reply() { Some(reply_ep(h.ep)?) } else { None };
+    Some(AmArrival { id: h.w.id, reply, bytes: AmBytes::Recv { m, hdr, data } })
+}
+
+/// The endpoint a message names (`raw`), when it is one of ours and usable; else `None`,
+/// logged.
+pub(crate) fn reply_ep<L>(sh: &Shared<L>, raw: u64, what: &str) -> Option<Id> {
     let id = Id::from_raw(raw);
     match sh.eps.get(id) {
         Some(ep) if ep.error().is_none() => Some(id),

@@ -5,9 +5,12 @@
 //!
 //! Data a handler may keep beyond its call (`UCP_AM_RECV_ATTR_FLAG_DATA`: a message that
 //! arrived in a transport descriptor, a reassembled one, or any one for a handler registered
-//! with `PERSISTENT_DATA`) is moved into the worker's table of kept messages before the
-//! handler runs, at a stable address; the handler's `take` leaves it there until the user
-//! releases it (`ucp_am_data_release`), otherwise it goes when the handler returns.
+//! with `PERSISTENT_DATA`) lives in the worker's table of kept messages, at a stable address,
+//! from when the handler takes it until the user releases it (`ucp_am_data_release`). A
+//! reassembled message or a copy for `PERSISTENT_DATA` enters the table before the handler
+//! runs and leaves it when the handler returns without taking it; a transport descriptor is
+//! lent to the handler as it is and enters the table only when taken ([`Keep::Desc`]), so a
+//! handler that keeps nothing costs no table entry.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -38,10 +41,40 @@ pub(crate) struct AmIn<'a> {
     /// A rendezvous message's descriptor: the handler takes it to receive the data (or not:
     /// the data is dropped when the handler returns).
     pub rndv: Option<Id>,
-    /// The message's entry in the kept table when the handler may keep the data.
-    pub kept: Option<Id>,
+    /// Whether and how the handler may keep the data.
+    pub keep: Keep<'a>,
     /// Set by the handler to keep the data (the entry then stays until released).
     pub taken: &'a Cell<bool>,
+}
+
+/// Whether a handler may keep a message's data beyond its call, and how.
+#[derive(Clone, Copy)]
+pub(crate) enum Keep<'a> {
+    /// It may not (the data is lent for the call).
+    No,
+    /// The data is in the kept table already, as this entry (a reassembled message, or a copy
+    /// for a handler registered with `PERSISTENT_DATA`).
+    Kept(Id),
+    /// The data is in a transport descriptor, whose buffer does not move when kept: the
+    /// function moves the descriptor into the kept table and gives its entry (`None` when it
+    /// did so already). Most handlers do not keep, and then pay nothing for the table.
+    Desc(&'a dyn Fn() -> Option<Id>),
+}
+
+impl Keep<'_> {
+    /// Whether the data can be kept.
+    pub fn possible(&self) -> bool {
+        !matches!(self, Keep::No)
+    }
+
+    /// The kept table's entry of the data, moved there now if need be.
+    pub fn entry(&self) -> Option<Id> {
+        match self {
+            Keep::No => None,
+            Keep::Kept(id) => Some(*id),
+            Keep::Desc(keep) => keep(),
+        }
+    }
 }
 
 /// A registered handler: the API's wrapper of the user's callback, and whether the data must
@@ -144,6 +177,15 @@ impl Core {
 
     /// A message of the active-message family arrived (AM id `id`).
     pub(crate) fn on_user_am(&self, id: u8, m: uct::AmRecv<'_>) {
+        if id == wire::AM_AM_ONLY {
+            // A whole message: decoded here; the engine is entered only to check the reply
+            // endpoint of a message that names one.
+            let reply_ep = |raw| crate::am::reply_ep(&self.engine.borrow().sh, raw, "active message");
+            if let Some(a) = crate::am::whole(m, reply_ep) {
+                self.deliver_am(a);
+            }
+            return;
+        }
         let arrival = {
             let mut guard = self.engine.borrow_mut();
             let e = &mut *guard;
@@ -179,7 +221,36 @@ impl Core {
                     hdr: h,
                     data: d,
                     length,
-                    kept: None,
+                    keep: Keep::No,
+                    rndv: None,
+                    taken: &taken,
+                });
+                return;
+            }
+            AmBytes::Recv { m, hdr, data } if m.is_desc() && !entry.persistent => {
+                // In a transport descriptor: lent for the call, and moved into the kept table
+                // only if the handler keeps it (the descriptor's buffer stays where it is).
+                let bytes = m.data();
+                let (p, len) = (bytes.as_ptr(), bytes.len());
+                let slot = Cell::new(Some(m));
+                let keep = || {
+                    let m = slot.take()?;
+                    let k = AmKept { store: KeptStore::Desc(m.keep()), data: (data, len - data) };
+                    Some(self.am_kept.borrow_mut().insert(k))
+                };
+                // SAFETY: the message's `len` bytes at `p` stay valid for the call: in the
+                // transport's buffer while `slot` holds the message, and in the same buffer,
+                // moved into the kept table, once `keep` took it (released only after the call,
+                // below, or by the handle the handler took); nobody writes them meanwhile. The
+                // engine decoded `hdr` and `data` within them.
+                let all = unsafe { std::slice::from_raw_parts(p, len) };
+                (entry.cb)(AmIn {
+                    id: a.id,
+                    reply: a.reply,
+                    hdr: &all[hdr.0..hdr.0 + hdr.1],
+                    data: &all[data..],
+                    length: len - data,
+                    keep: Keep::Desc(&keep),
                     rndv: None,
                     taken: &taken,
                 });
@@ -194,7 +265,7 @@ impl Core {
                     hdr: h,
                     data: &[],
                     length: size,
-                    kept: None,
+                    keep: Keep::No,
                     rndv: Some(desc),
                     taken: &taken,
                 };
@@ -255,7 +326,7 @@ impl Core {
         // SAFETY: the kept storage does not move and lives until released, which happens only
         // after the handler returned (by this module) or through the handle the handler took.
         let data = unsafe { std::slice::from_raw_parts(p, n) };
-        (entry.cb)(AmIn { id, reply, hdr, data, length: n, kept: Some(kept), rndv: None, taken });
+        (entry.cb)(AmIn { id, reply, hdr, data, length: n, keep: Keep::Kept(kept), rndv: None, taken });
     }
 
     /// Receives rendezvous descriptor `desc`'s data into `buf` (`ucp_am_recv_data_nbx`); the

@@ -45,11 +45,13 @@ impl AmWord {
         self.flags & AM_FLAG_REPLY != 0
     }
 
+    #[inline]
     fn read(r: &mut Reader<'_>, what: &'static str) -> Result<AmWord, WireError> {
         Self::from_word(r.u64()?, what)
     }
 
     /// The fields of an 8-byte word (see [`AmWord::word`]), checked.
+    #[inline]
     pub fn from_word(w: u64, what: &'static str) -> Result<AmWord, WireError> {
         let flags = (w >> 16) as u8;
         if flags & !AM_FLAGS != 0 {
@@ -74,6 +76,7 @@ pub struct AmHdr {
 
 impl AmHdr {
     /// The header, the user header and the data after them.
+    #[inline]
     pub fn decode(data: &[u8]) -> Result<(Self, &[u8], &[u8]), WireError> {
         let what = "active message";
         let mut r = Reader::new(what, data);

@@ -129,15 +129,19 @@ impl<'a> AmMsg<'a> {
     /// a transport descriptor or several fragments, or the handler was registered with
     /// [`AmHandlerFlags::PERSISTENT_DATA`].
     pub fn data_persistent(&self) -> bool {
-        self.inner.kept.is_some()
+        self.inner.keep.possible()
     }
 
     /// Keeps the data beyond the call (a handler returning `UCS_INPROGRESS` in UCX): the
     /// returned handle holds it until dropped. `None` when the data is not persistent
     /// ([`AmMsg::data_persistent`]) or was taken already.
     pub fn take_data(&mut self) -> Option<AmData> {
-        let kept = self.inner.kept?;
-        let worker = self.take()?;
+        if !self.inner.keep.possible() || self.inner.taken.get() {
+            return None;
+        }
+        let worker = self.worker()?;
+        let kept = self.inner.keep.entry()?;
+        self.inner.taken.set(true);
         let (ptr, len) = (self.inner.data.as_ptr(), self.inner.data.len());
         Some(AmData { worker, kept, ptr, len })
     }
@@ -151,7 +155,7 @@ impl std::fmt::Debug for AmMsg<'_> {
             .field("length", &self.inner.length)
             .field("rndv", &self.inner.rndv.is_some())
             .field("reply_ep", &self.reply)
-            .field("persistent", &self.inner.kept.is_some())
+            .field("persistent", &self.inner.keep.possible())
             .finish()
     }
 }
