@@ -230,9 +230,12 @@ macro_rules! impl_sm_rma {
                 unsafe { crate::sm::move_bytes(data.as_ptr(), dst, data.len()) };
                 return Ok(ucs::Outcome::Done(()));
             }
-            // SAFETY: `sm_access` keeps the region valid while the closure runs; `write` checks bounds.
             crate::sm::cold(move || {
-                self.sm_access(rkey, remote_addr, data.len(), |r, off| unsafe { r.write(off, data) })
+                self.sm_access(rkey, remote_addr, data.len(), |r, off| {
+                    // SAFETY: `sm_access` keeps the region valid while the closure runs;
+                    // `write` checks bounds.
+                    unsafe { r.write(off, data) }
+                })
             })
         }
 
