@@ -290,6 +290,60 @@ fn dropped_receive_gives_its_bytes_back() {
     assert!(buf[..300].iter().all(|&b| b == 1) && buf[300..].iter().all(|&b| b == 2), "{buf:?}");
 }
 
+/// What the detached receives' callback saw: (status, length) per completion.
+static DETACHED: Mutex<Vec<(Status, usize)>> = Mutex::new(Vec::new());
+
+fn detached_done(status: Status, info: ucp::RecvInfo, user_data: usize) {
+    assert_eq!(user_data, 77);
+    DETACHED.lock().unwrap().push((status, info.length));
+}
+
+/// Detached receives (no handle): one that finds bytes completes at once without its
+/// callback; waiting ones complete in order through the callback with their lengths (one
+/// partly filled, one WAITALL); `NO_IMM_CMPL` is refused; one still waiting when its endpoint
+/// closes completes with an error, through the callback.
+#[test]
+fn detached_receives() {
+    let _g = serial();
+    DETACHED.lock().unwrap().clear();
+    let p = Pair::new("posix", &[]);
+    let param = || RequestParam::new().callback_fn(detached_done, 77);
+    let (mut b1, mut b2, mut b3) = (vec![0u8; 64], vec![0u8; 100], vec![0u8; 50]);
+    // SAFETY (every receive below): the buffers outlive the receives, which complete (or fail)
+    // before the test ends and are not touched meanwhile.
+    unsafe {
+        let r = p.ba.stream_recv_nbx_detached(RecvData::Contig(&mut b1), StreamRecvFlags::empty(), param());
+        assert_eq!(r.unwrap(), None, "nothing has arrived");
+        let r = p.ba.stream_recv_nbx_detached(RecvData::Contig(&mut b2), StreamRecvFlags::WAITALL, param());
+        assert_eq!(r.unwrap(), None);
+        let nic = RequestParam::new().flags(ucp::RequestFlags::NO_IMM_CMPL);
+        let r = p.ba.stream_recv_nbx_detached(RecvData::Contig(&mut b3), StreamRecvFlags::empty(), nic);
+        assert_eq!(r.unwrap_err(), Status::InvalidParam);
+    }
+    // 40 bytes complete the first receive (partly filled); 130 more fill the second (100,
+    // WAITALL) and leave 30 queued.
+    send_all(&p.a, &p.b, &p.ab, &[3u8; 40]);
+    p.wait_until(|| DETACHED.lock().unwrap().len() == 1);
+    send_all(&p.a, &p.b, &p.ab, &[4u8; 130]);
+    p.wait_until(|| DETACHED.lock().unwrap().len() == 2);
+    assert_eq!(*DETACHED.lock().unwrap(), [(Status::Ok, 40), (Status::Ok, 100)]);
+    assert!(b1[..40].iter().all(|&b| b == 3) && b1[40..].iter().all(|&b| b == 0));
+    assert!(b2.iter().all(|&b| b == 4));
+    // SAFETY: as above.
+    let r = unsafe { p.ba.stream_recv_nbx_detached(RecvData::Contig(&mut b3), StreamRecvFlags::empty(), param()) };
+    assert_eq!(r.unwrap().map(|i| i.length), Some(30), "the queued bytes, at once");
+    assert_eq!(DETACHED.lock().unwrap().len(), 2, "no callback for an immediate completion");
+    // A receive still waiting when its endpoint closes fails through its callback.
+    let mut b4 = vec![0u8; 10];
+    // SAFETY: as above.
+    let r = unsafe { p.ba.stream_recv_nbx_detached(RecvData::Contig(&mut b4), StreamRecvFlags::empty(), param()) };
+    assert_eq!(r.unwrap(), None);
+    let close = p.ba.close_nbx(ucp::CloseMode::Force).unwrap();
+    p.wait_until(|| DETACHED.lock().unwrap().len() == 3 && close.is_completed());
+    let (status, _) = DETACHED.lock().unwrap()[2];
+    assert!(status.is_err(), "{status}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     /// Random sends against random receives (sizes and WAITALL), against the model: the

@@ -28,8 +28,8 @@ use std::cell::Cell;
 
 use ucp::{
     AmHandlerFlags, AmMsg, AmSendFlags, Context, ContextParams, Datatype, Endpoint, Features, GenericBuf,
-    GenericDatatype, IoVec, MemHandle, PackState, RecvData, RecvResult, RequestParam, SendData, Status,
-    StreamRecvFlags, UnpackState, Worker, WorkerParams, FULL_MASK,
+    GenericDatatype, IoVec, MemHandle, PackState, RecvData, RequestParam, SendData, Status, StreamRecvFlags,
+    UnpackState, Worker, WorkerParams, FULL_MASK,
 };
 
 use crate::meter::{Measured, Meter};
@@ -289,6 +289,8 @@ fn am_rndv_done(status: Status, _info: ucp::RecvInfo, user_data: usize) {
 pub(crate) struct Outstanding {
     pub(crate) count: Cell<usize>,
     pub(crate) error: Cell<Option<Status>>,
+    /// Bytes the stream receives counted by [`stream_received`] delivered.
+    pub(crate) bytes: Cell<usize>,
 }
 
 /// The completion callback: `user_data` is the address of an [`Outstanding`].
@@ -303,6 +305,15 @@ pub(crate) fn completed(status: Status, _info: ucp::RecvInfo, user_data: usize) 
     if status.is_err() && o.error.get().is_none() {
         o.error.set(Some(status));
     }
+}
+
+/// The completion callback of a detached stream receive: [`completed`], and the bytes it
+/// received added to the [`Outstanding`]'s `bytes`.
+pub(crate) fn stream_received(status: Status, info: ucp::RecvInfo, user_data: usize) {
+    // SAFETY: as in `completed`.
+    let o = unsafe { &*(user_data as *const Outstanding) };
+    o.bytes.set(o.bytes.get() + info.length);
+    completed(status, info, user_data);
 }
 
 /// What the per-message code of a test reads, from the parameters once.
@@ -493,19 +504,21 @@ impl<'a> Engine<'a> {
             } else {
                 RecvData::Contig(buf)
             };
-            // SAFETY: as above; the receive completes before the next one is posted.
-            let r = unsafe { self.s.ep.stream_recv_nbx(data, StreamRecvFlags::empty(), RequestParam::new()) }
+            // Detached, as the tag tests' receives (the reference polls a request it then
+            // frees; here the callback reports the completion and its length).
+            let o: &Outstanding = &self.recvs;
+            o.bytes.set(0);
+            let param = RequestParam::new().callback_fn(stream_received, o as *const Outstanding as usize);
+            // SAFETY: as above; the receive completes before the next one is posted, and
+            // `recvs` (boxed in the engine) outlives it.
+            let r = unsafe { self.s.ep.stream_recv_nbx_detached(data, StreamRecvFlags::empty(), param) }
                 .map_err(|e| format!("receive failed: {e}"))?;
             total += match r {
-                RecvResult::Done(i) => i.length,
-                RecvResult::Pending(req) => {
-                    while !req.is_completed() {
-                        self.progress();
-                    }
-                    if req.status() != Status::Ok {
-                        return Err(format!("receive failed: {}", req.status()));
-                    }
-                    req.recv_info().map_or(0, |i| i.length)
+                Some(i) => i.length,
+                None => {
+                    Self::started(o);
+                    self.wait(o, 1)?;
+                    o.bytes.get()
                 }
             };
         }

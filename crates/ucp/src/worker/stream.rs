@@ -99,6 +99,33 @@ impl Endpoint {
         })
     }
 
+    /// [`stream_recv_nbx`](Self::stream_recv_nbx) without a request handle (as
+    /// [`Worker::tag_recv_nbx_detached`](crate::Worker::tag_recv_nbx_detached); in C, a request
+    /// freed right away or in its callback with `ucp_request_free`): `Ok(Some(info))`:
+    /// completed at once, and no callback runs; `Ok(None)`: the callback reports the completion
+    /// and how many bytes arrived ([`RecvInfo::length`]). Such a receive cannot be cancelled on
+    /// its own; one still waiting when the endpoint fails or closes completes with the error.
+    /// `NO_IMM_CMPL` asks for a handle, so it is refused (`InvalidParam`).
+    ///
+    /// # Safety
+    /// As [`Endpoint::stream_recv_nbx`].
+    pub unsafe fn stream_recv_nbx_detached(
+        &self,
+        data: RecvData<'_>,
+        flags: StreamRecvFlags,
+        param: RequestParam,
+    ) -> UcsResult<Option<RecvInfo>> {
+        let param = super::data::detach(param, "stream_recv_nbx_detached")?;
+        let e = self.worker.enter()?;
+        // SAFETY: forwarded from the caller.
+        let Some(buf) = (unsafe { data.into_buf() }) else { return super::data::invalid_data() };
+        let r = e.core.stream_recv(self.id, buf, flags.contains(StreamRecvFlags::WAITALL), param);
+        Ok(match super::data::end_call(buf, r, |o| matches!(o, StreamRecvOut::Done(_)))? {
+            StreamRecvOut::Done(n) => Some(RecvInfo { length: n, sender_tag: 0 }),
+            StreamRecvOut::Req(_) => None,
+        })
+    }
+
     /// Receives from the stream into an owned buffer; resolves to the buffer and what arrived
     /// (its first [`RecvInfo::length`] bytes). Dropping a pending future cancels the receive:
     /// bytes it had taken go back to the stream, for the next receive.
