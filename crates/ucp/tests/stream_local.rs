@@ -309,7 +309,7 @@ fn detached_receives() {
     let p = Pair::new("posix", &[]);
     let param = || RequestParam::new().callback_fn(detached_done, 77);
     let (mut b1, mut b2, mut b3) = (vec![0u8; 64], vec![0u8; 100], vec![0u8; 50]);
-    // SAFETY (every receive below): the buffers outlive the receives, which complete (or fail)
+    // SAFETY: (every receive below) the buffers outlive the receives, which complete (or fail)
     // before the test ends and are not touched meanwhile.
     unsafe {
         let r = p.ba.stream_recv_nbx_detached(RecvData::Contig(&mut b1), StreamRecvFlags::empty(), param());
