@@ -40,6 +40,9 @@ pub(crate) struct Rkey {
     /// The largest contiguous put the fast path sends as one `put_short` or `put_bcopy` (0:
     /// none): `routes.put`'s short limit, or its bcopy limit below the zero-copy threshold.
     pub put_direct_max: usize,
+    /// The largest contiguous get the fast path makes as one `get_short` or `get_bcopy` (as
+    /// `put_direct_max`).
+    pub get_direct_max: usize,
     /// The transport endpoint and key of the put, get and atomic routes' lanes where the
     /// lane has a key (checked once here, used by the fast path).
     pub direct: [Option<DirectLane>; 3],
@@ -164,10 +167,14 @@ impl Core {
             }
             Some((NonNull::new(map.as_ptr().wrapping_add(off))?, packed.length as usize))
         });
-        let put_direct_max = routes.put.map_or(0, |c| {
+        // The short limit, or the bcopy limit below the zero-copy threshold ([`select_rma`]'s
+        // choice for a contiguous buffer).
+        let direct_max = |c: RmaCaps| {
             let bcopy = if c.zcopy_max == 0 { c.bcopy_max } else { c.bcopy_max.min(c.zcopy_thresh.saturating_sub(1)) };
             c.short_max.max(bcopy)
-        });
+        };
+        let put_direct_max = routes.put.map_or(0, direct_max);
+        let get_direct_max = routes.get.map_or(0, direct_max);
         let direct_of = |lane: Option<u8>| {
             let lane = lane? as usize;
             let key = keys.get(lane)?.as_ref()?;
@@ -190,6 +197,7 @@ impl Core {
             components: packed.entries.iter().map(|e| e.component).collect::<Vec<_>>().join(","),
             _io: io,
             put_direct_max,
+            get_direct_max,
             ready_epoch: std::cell::Cell::new(u64::MAX),
         });
         let id = self.rkeys.borrow_mut().insert(rkey.clone());
@@ -370,7 +378,7 @@ impl Core {
                 RmaOpKind::Get => match op.buf.contig_seg() {
                     // SAFETY: the operation's buffer, writable without other access until it
                     // completes (its `UserBuf`'s contract); a direct get completes at once.
-                    Some(s) => unsafe { self.get_direct(ep_id, rk, s.ptr, s.len, op.remote) }.map(|r| r.map(|()| None)),
+                    Some(s) => unsafe { self.get_direct(ep_id, rk, op.rkey, s.ptr, s.len, op.remote, &mut param) },
                     None => None,
                 },
                 RmaOpKind::Amo { op: aop, fetch, size } => {
@@ -463,26 +471,72 @@ impl Core {
         done_or_none(r)
     }
 
-    /// A get of `len` bytes into `dst` that fits one `get_short` (as [`Core::put_direct`]).
+    /// A get of `len` bytes into `dst` that fits one `get_short` or `get_bcopy` (as
+    /// [`Core::put_direct`]). A bcopy get carries a completion from the worker's free list; if
+    /// the transport finishes it later (RDMA), it gets its request (from `param`, taken) then,
+    /// as a fetching atomic does.
     ///
     /// # Safety
-    /// `dst` must be valid for writes of `len` bytes, without other access during the call.
+    /// `dst` must be valid for writes of `len` bytes, without other access, until the
+    /// operation completes.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub unsafe fn get_direct(
         &self,
         ep_id: Id,
         rk: &Rkey,
+        rkey_id: Id,
         dst: *mut u8,
         len: usize,
         remote: u64,
-    ) -> Option<UcsResult<()>> {
-        let c = rk.routes.get?;
-        if len.wrapping_sub(1) >= c.short_max {
+        param: &mut RequestParam,
+    ) -> Option<UcsResult<Option<Id>>> {
+        if len.wrapping_sub(1) >= rk.get_direct_max {
             return None;
         }
+        let c = rk.routes.get?;
         let (uep, key) = self.direct_lane(ep_id, rk, DIRECT_GET, remote, len)?;
-        // SAFETY: the caller's promise; a short get completes within the call.
-        done_or_none(uep.get_short(unsafe { std::slice::from_raw_parts_mut(dst, len) }, remote, key))
+        if len <= c.short_max {
+            // SAFETY: the caller's promise; a short get completes within the call.
+            let r = uep.get_short(unsafe { std::slice::from_raw_parts_mut(dst, len) }, remote, key);
+            return done_or_none(r).map(|r| r.map(|()| None));
+        }
+        // The spare completion: the transport keeps it only for a get it finishes later.
+        let z = self.zc_spare();
+        // SAFETY: the caller's promise; a started get completes only after its completion.
+        let r = unsafe { uep.get_bcopy(dst, len, remote, key, Some(&z.comp)) };
+        Some(match r {
+            Ok(Outcome::Done(())) => {
+                self.zc_spare_back(z);
+                Ok(None)
+            }
+            Ok(Outcome::InProgress) => {
+                // The key stays until the completion (the user may destroy it before).
+                if let Some(rkey) = self.rkeys.borrow().get(rkey_id) {
+                    z.slot.keep_rma(None, rkey.clone());
+                }
+                let route = RmaRoute { lane: c.lane, proto: RmaProto::Bcopy, piece: len };
+                let param = std::mem::take(param);
+                // SAFETY: the caller's promise; the request's buffer is the destination.
+                let buf = unsafe { UserBuf::contig(dst, len) };
+                let op = RmaOp { kind: RmaOpKind::Get, buf, remote, rkey: rkey_id, amo: AmoArgs::default() };
+                let rid = self.with_engine(|e| {
+                    let req = rma_req(ep_id, &op, route, param.hint(), len, 1);
+                    e.sh.rma_inflight(req, param)
+                });
+                z.slot.set_what(ZcDone::Rma { rid });
+                Ok(Some(rid))
+            }
+            Ok(Outcome::NoResource) => {
+                self.zc_spare_back(z);
+                // The slow path queues it (meeting the refusal again, it parks the endpoint).
+                return None;
+            }
+            Err(e) => {
+                self.zc_spare_back(z);
+                Err(e)
+            }
+        })
     }
 
     /// An atomic the key's atomic lane does, aligned, on a ready endpoint, inside the region
