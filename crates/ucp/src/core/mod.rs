@@ -444,7 +444,19 @@ impl Core {
             return self.on_user_am(id, m);
         }
         if id == wire::AM_STREAM_DATA {
-            return self.with_engine(|e| e.stream.on_data(&mut e.sh, m));
+            let (d, more) = {
+                let mut guard = self.engine.borrow_mut();
+                let e = &mut *guard;
+                let d = e.stream.on_data(&mut e.sh, m);
+                (d, e.sh.has_actions())
+            };
+            if let Some(d) = d {
+                d.run();
+            }
+            if more {
+                self.drain();
+            }
+            return;
         }
         let d = self.with_engine(|e| e.on_am(id, m));
         if let Some(d) = d {

@@ -18,6 +18,7 @@ use ucs::{Status, UcsResult};
 
 use crate::dt::UserBuf;
 use crate::engine::Shared;
+use crate::request::complete::Done;
 use crate::request::{RecvInfo, RecvReq, ReqKind, ReqState, RequestFlags, RequestParam};
 use crate::wire;
 
@@ -101,31 +102,39 @@ pub(crate) struct StreamState {
 }
 
 impl StreamState {
-    /// Stream bytes arrived (AM id [`wire::AM_STREAM_DATA`]).
-    pub fn on_data<L: Clone>(&mut self, sh: &mut Shared<L>, m: uct::AmRecv<'_>) {
+    /// Stream bytes arrived (AM id [`wire::AM_STREAM_DATA`]). The plain callback of the first
+    /// receive the bytes completed, if it was freed at once, is returned for the driver to run
+    /// (before the engine's other actions, which come later), as the tag family's eager path
+    /// does.
+    pub fn on_data<L: Clone>(&mut self, sh: &mut Shared<L>, m: uct::AmRecv<'_>) -> Option<Done> {
         let (h, payload) = match wire::StreamHdr::decode(m.data()) {
             Ok(x) => x,
-            Err(e) => return crate::engine::am::malformed(e),
+            Err(e) => {
+                crate::engine::am::malformed(e);
+                return None;
+            }
         };
         match sh.eps.get(Id::from_raw(h.ep)) {
             Some(ep) if ep.error().is_none() => {}
-            Some(_) => return tracing::warn!("stream data: from a failed or closed endpoint; dropped"),
+            Some(_) => {
+                tracing::warn!("stream data: from a failed or closed endpoint; dropped");
+                return None;
+            }
             None => {
-                return tracing::warn!(
-                    "stream data: names endpoint {:#x}, which this worker does not have; dropped",
-                    h.ep
-                )
+                tracing::warn!("stream data: names endpoint {:#x}, which this worker does not have; dropped", h.ep);
+                return None;
             }
         }
         let es = self.eps.entry(h.ep).or_default();
-        let taken = fill(sh, es, payload);
+        let (taken, first) = fill(sh, es, payload);
         if taken == payload.len() {
-            return;
+            return first;
         }
         let off = wire::len::STREAM + taken;
         es.queued += payload.len() - taken;
         es.data.push_back(Chunk { bytes: ChunkBytes::Desc(m.keep_in(&sh.kept_msgs)), off });
         es.ready = true;
+        first
     }
 
     /// Receives into `buf` from endpoint `ep`'s stream (`ucp_stream_recv_nbx`): at once when
@@ -262,9 +271,13 @@ impl StreamState {
     }
 }
 
-/// Fills `es`'s waiting receives with `payload`, in order; the bytes taken.
-fn fill<L: Clone>(sh: &mut Shared<L>, es: &mut EpStream, payload: &[u8]) -> usize {
+/// Fills `es`'s waiting receives with `payload`, in order; the bytes taken, and the plain
+/// callback of the first receive completed if it was freed at once (the others' completions
+/// go to the engine's actions, after it).
+fn fill<L: Clone>(sh: &mut Shared<L>, es: &mut EpStream, payload: &[u8]) -> (usize, Option<Done>) {
     let mut off = 0;
+    let mut first = None;
+    let mut any = false;
     while off < payload.len() {
         let Some(&(rid, waitall)) = es.recvs.front() else { break };
         let Some(ReqState { kind: ReqKind::Recv(rr), info, .. }) = sh.reqs.tab.get_mut(rid) else {
@@ -283,8 +296,13 @@ fn fill<L: Clone>(sh: &mut Shared<L>, es: &mut EpStream, payload: &[u8]) -> usiz
         info.length = rr.received;
         if rr.received == rr.total || !waitall {
             es.recvs.pop_front();
-            sh.finish(rid, Status::Ok);
+            let r = sh.reqs.finish(rid, Status::Ok);
+            match r {
+                Ok(Some(d)) if !any && !sh.has_actions() => first = Some(d),
+                r => sh.completed(rid, r),
+            }
+            any = true;
         }
     }
-    off
+    (off, first)
 }
