@@ -14,14 +14,15 @@
 //!
 //! Resources are named `tl/dev:port`, e.g. `rc_verbs/rxe0:1`, `ud_verbs/rxe0:1`. Without a
 //! verbs stack (no libibverbs, no kernel support, no device) the component lists nothing and
-//! [`unavailable_reason`] says why. Hardware tag matching is not offered (no supported device
-//! here has it); DC is not implemented.
+//! [`unavailable_reason`] says why. Hardware tag matching is not offered yet ([`tm`] holds
+//! its wire headers so far); DC is not implemented.
 
 pub mod device;
 pub mod ib_config;
 pub mod md;
 mod pool;
 pub mod rc;
+pub mod tm;
 pub mod ud;
 pub mod verbs;
 
