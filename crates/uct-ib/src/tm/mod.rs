@@ -5,6 +5,8 @@
 //! FIN, and passes everything else to software through the shared receive queue.
 //!
 //! Work in progress (see `docs/notes/tm-offload-brief.md`): so far the wire headers
-//! ([`wire`]). No transport offers tag matching yet.
+//! ([`wire`]) and the receive side of the device model ([`device`], eager messages). No
+//! transport offers tag matching yet.
 
+pub mod device;
 pub mod wire;
