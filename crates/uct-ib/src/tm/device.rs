@@ -21,12 +21,18 @@
 //!   device's carry `SYNC_REQ`, as does an unexpected completion once the device is 0x3fff
 //!   ahead of software.
 //!
-//! Not modelled yet: rendezvous (a matched request's RDMA read and FIN), multi-packet
-//! messages. Labelled "emulated" wherever users see it once a transport uses it.
+//! * a matched rendezvous request completes with `MATCH` at once; the device then reads the
+//!   sender's data into the buffer (an action: the driver posts the RDMA read on the queue pair
+//!   the request came on and reports back with [`TmDevice::read_done`]), sends the FIN (an
+//!   action) and completes with `DATA_VALID`; a request for more than the buffer holds places
+//!   its headers in the buffer and completes with `RNDV_INCOMPLETE`, for software to finish.
+//!
+//! Not modelled: multi-packet eager messages (a message arrives whole). Labelled "emulated"
+//! wherever users see it once a transport uses it.
 
 use std::collections::VecDeque;
 
-use super::wire::{TmMsg, Tmh};
+use super::wire::{Rvh, TmMsg, Tmh, TmhOp};
 
 /// The device's limits (`ibv_tm_caps` / `ibv_srq_init_attr_ex.tm_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +131,12 @@ pub enum CqeStatus {
     /// A matched eager message was longer than the buffer; its first `len` bytes were placed
     /// (`IBV_WC_LOC_LEN_ERR`; a model choice, hardware's behaviour is not documented).
     LocLenErr,
+    /// A matched rendezvous request wants more than the buffer holds: its headers are in the
+    /// buffer, and software completes the transfer (`IBV_WC_TM_RNDV_INCOMPLETE`).
+    RndvIncomplete,
+    /// The rendezvous read failed (the transport's error is the driver's to report; a model
+    /// status).
+    ReadErr,
 }
 
 /// A completion of the device's queue (`struct ibv_wc` with `ibv_wc_read_tm_info`).
@@ -166,6 +178,38 @@ pub enum TmAction {
         /// Bytes.
         len: usize,
     },
+    /// Read the sender's data (`rvh`) into the start of the tagged buffer of `recv_wr_id`, on
+    /// queue pair `qp`, then call [`TmDevice::read_done`] with `read`.
+    Read {
+        /// Names the read for `read_done`.
+        read: u64,
+        /// The queue pair the request came on.
+        qp: u32,
+        /// The buffer.
+        recv_wr_id: u64,
+        /// Where the data is, its key and length.
+        rvh: Rvh,
+    },
+    /// Send this FIN (the request's headers with the FIN opcode) on queue pair `qp`.
+    Fin {
+        /// The queue pair.
+        qp: u32,
+        /// The FIN's TMH.
+        tmh: Tmh,
+        /// The request's RVH.
+        rvh: Rvh,
+    },
+}
+
+/// A rendezvous read the driver is making for the device.
+#[derive(Clone, Copy, Debug)]
+struct PendingRead {
+    read: u64,
+    qp: u32,
+    slot: u32,
+    recv_wr_id: u64,
+    tmh: Tmh,
+    rvh: Rvh,
 }
 
 /// One tagged buffer's slot.
@@ -198,6 +242,9 @@ pub struct TmDevice {
     hw_unexp: u16,
     /// The count software last reported.
     sw_cnt: u16,
+    /// Rendezvous reads in progress, and the next read's name.
+    reads: Vec<PendingRead>,
+    next_read: u64,
 }
 
 impl TmDevice {
@@ -213,6 +260,8 @@ impl TmDevice {
             cq: VecDeque::new(),
             hw_unexp: 0,
             sw_cnt: 0,
+            reads: Vec::new(),
+            next_read: 0,
         }
     }
 
@@ -314,14 +363,15 @@ impl TmDevice {
         true
     }
 
-    /// A message arrived in the shared receive queue buffer `srq_wr_id`: matched, unexpected
-    /// or untagged, with its completion queued; the placement to make, if it matched.
-    pub fn arrive(&mut self, msg: &[u8], srq_wr_id: u64) -> Option<TmAction> {
-        let (tmh, payload_at) = match TmMsg::decode(msg) {
-            Ok(TmMsg::Eager(tmh, _)) => (tmh, super::wire::TMH_LEN),
-            // Untagged, a FIN, and what the model cannot classify (a malformed header, a
-            // rendezvous request, not modelled yet) go to software whole, uncounted:
-            // software's decoder says what is wrong with a bad one.
+    /// A message arrived on queue pair `qp` in the shared receive queue buffer `srq_wr_id`:
+    /// matched, unexpected or untagged, with its completion queued; what the driver must do
+    /// for it, if it matched.
+    pub fn arrive(&mut self, msg: &[u8], srq_wr_id: u64, qp: u32) -> Option<TmAction> {
+        let (tmh, rvh) = match TmMsg::decode(msg) {
+            Ok(TmMsg::Eager(tmh, _)) => (tmh, None),
+            Ok(TmMsg::Rndv(tmh, rvh, _)) => (tmh, Some(rvh)),
+            // Untagged, a FIN, and what the model cannot classify (a malformed header) go to
+            // software whole, uncounted: software's decoder says what is wrong with a bad one.
             _ => {
                 let mut c = op_cqe(CqeKind::NoTag, CqeStatus::Success, srq_wr_id, false, None);
                 c.byte_len = msg.len();
@@ -345,12 +395,47 @@ impl TmDevice {
         let s = &mut self.slots[i as usize];
         s.listed = false;
         s.allocated = false;
-        let n = msg.len() - payload_at;
-        let placed = n.min(s.len);
-        let status = if n > s.len { CqeStatus::LocLenErr } else { CqeStatus::Success };
-        let recv_wr_id = s.recv_wr_id;
-        self.cq.push_back(recv_cqe(status, recv_wr_id, placed, &tmh, i));
-        Some(TmAction::Place { recv_wr_id, from: payload_at, len: placed })
+        let (recv_wr_id, room) = (s.recv_wr_id, s.len);
+        let Some(rvh) = rvh else {
+            let at = super::wire::TMH_LEN;
+            let n = msg.len() - at;
+            let placed = n.min(room);
+            let status = if n > room { CqeStatus::LocLenErr } else { CqeStatus::Success };
+            self.cq.push_back(recv_cqe(status, recv_wr_id, placed, &tmh, i, true, true));
+            return Some(TmAction::Place { recv_wr_id, from: at, len: placed });
+        };
+        if rvh.len as usize > room {
+            // Software finishes it from the headers, which the buffer receives.
+            let placed = msg.len().min(room);
+            self.cq.push_back(recv_cqe(CqeStatus::RndvIncomplete, recv_wr_id, placed, &tmh, i, true, true));
+            return Some(TmAction::Place { recv_wr_id, from: 0, len: placed });
+        }
+        // The match completes now; the data's completion names the slot too.
+        s.expect += 1;
+        self.cq.push_back(recv_cqe(CqeStatus::Success, recv_wr_id, 0, &tmh, i, true, false));
+        let read = self.next_read;
+        self.next_read = read.wrapping_add(1);
+        self.reads.push(PendingRead { read, qp, slot: i, recv_wr_id, tmh, rvh });
+        Some(TmAction::Read { read, qp, recv_wr_id, rvh })
+    }
+
+    /// The driver finished rendezvous read `read` (`ok`: the data is in the buffer): the data's
+    /// completion is queued, and the FIN to send returned. `None` for a read the device does
+    /// not know (logged by the caller) or one that failed (its completion says so).
+    pub fn read_done(&mut self, read: u64, ok: bool) -> Option<TmAction> {
+        let p = self.reads.iter().position(|r| r.read == read)?;
+        let r = self.reads.swap_remove(p);
+        let status = if ok { CqeStatus::Success } else { CqeStatus::ReadErr };
+        let len = if ok { r.rvh.len as usize } else { 0 };
+        let mut c = recv_cqe(status, r.recv_wr_id, len, &r.tmh, r.slot, false, true);
+        (c.tag, c.app_ctx) = (0, 0);
+        self.cq.push_back(c);
+        ok.then_some(TmAction::Fin { qp: r.qp, tmh: Tmh { op: TmhOp::Fin, ..r.tmh }, rvh: r.rvh })
+    }
+
+    /// Rendezvous reads in progress.
+    pub fn reads_in_progress(&self) -> usize {
+        self.reads.len()
     }
 
     /// The oldest completion, if any.
@@ -399,13 +484,13 @@ fn op_cqe(kind: CqeKind, status: CqeStatus, wr_id: u64, sync_req: bool, slot: Op
     TmCqe { kind, status, wr_id, matched: false, data_valid: false, sync_req, byte_len: 0, tag: 0, app_ctx: 0, slot }
 }
 
-fn recv_cqe(status: CqeStatus, recv_wr_id: u64, len: usize, tmh: &Tmh, slot: u32) -> TmCqe {
+fn recv_cqe(status: CqeStatus, recv_wr_id: u64, len: usize, tmh: &Tmh, slot: u32, matched: bool, data: bool) -> TmCqe {
     TmCqe {
         kind: CqeKind::Recv,
         status,
         wr_id: recv_wr_id,
-        matched: true,
-        data_valid: true,
+        matched,
+        data_valid: data,
         sync_req: false,
         byte_len: len,
         tag: tmh.tag,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::tm::wire::{Tmh, TmhOp};
+use crate::tm::wire::{Rvh, Tmh, TmhOp};
 use proptest::prelude::*;
 
 const ALL: u64 = u64::MAX;
@@ -30,14 +30,14 @@ fn a_matched_eager_message_is_placed_and_completes_once_with_match_and_data() {
     run(&mut d);
     let c = d.poll().unwrap();
     assert_eq!((c.kind, c.status, c.wr_id, c.sync_req), (CqeKind::Add, CqeStatus::Success, 1, false));
-    let act = d.arrive(&eager(7, 9, b"hello"), 500);
+    let act = d.arrive(&eager(7, 9, b"hello"), 500, 0);
     assert_eq!(act, Some(TmAction::Place { recv_wr_id: 100, from: 16, len: 5 }));
     let c = d.poll().unwrap();
     assert_eq!((c.kind, c.wr_id, c.matched, c.data_valid, c.byte_len), (CqeKind::Recv, 100, true, true, 5));
     assert_eq!((c.tag, c.app_ctx), (7, 9));
     assert!(d.poll().is_none());
     // The buffer is gone: the same tag again is unexpected.
-    assert_eq!(d.arrive(&eager(7, 0, b"x"), 501), None);
+    assert_eq!(d.arrive(&eager(7, 0, b"x"), 501, 0), None);
     let c = d.poll().unwrap();
     assert_eq!((c.kind, c.wr_id, c.matched, c.data_valid, c.byte_len), (CqeKind::Recv, 501, false, false, 17));
     assert_eq!(d.unexpected(), 1);
@@ -51,7 +51,7 @@ fn matching_takes_the_earliest_added_buffer_under_its_mask() {
     while d.poll().is_some() {}
     // 0x13 matches 100 (0x13 & 0xf0 == 0x10), the earliest; then 101; then the wildcard 102.
     for want in [100, 101, 102] {
-        assert_eq!(d.arrive(&eager(0x13, 0, b""), 0), Some(TmAction::Place { recv_wr_id: want, from: 16, len: 0 }));
+        assert_eq!(d.arrive(&eager(0x13, 0, b""), 0, 0), Some(TmAction::Place { recv_wr_id: want, from: 16, len: 0 }));
         assert_eq!(d.poll().unwrap().wr_id, want);
     }
 }
@@ -64,20 +64,20 @@ fn untagged_and_unclassified_messages_go_to_software_uncounted() {
     d.poll();
     let no_tag = Tmh { op: TmhOp::NoTag, app_ctx: 0, tag: 0 }.to_bytes();
     for (m, id) in [(&no_tag[..], 1u64), (&[9u8; 3][..], 2), (&[7u8; 20][..], 3)] {
-        assert_eq!(d.arrive(m, id), None);
+        assert_eq!(d.arrive(m, id, 0), None);
         let c = d.poll().unwrap();
         assert_eq!((c.kind, c.wr_id, c.byte_len), (CqeKind::NoTag, id, m.len()));
     }
     assert_eq!(d.unexpected(), 0);
     // The wildcard buffer is still there.
-    assert!(d.arrive(&eager(5, 0, b""), 4).is_some());
+    assert!(d.arrive(&eager(5, 0, b""), 4, 0).is_some());
 }
 
 #[test]
 fn an_add_at_a_stale_phase_is_disabled_and_asks_for_a_sync() {
     let mut d = dev();
     // The message arrives unexpected before software's ADD runs; the ADD carries the old count.
-    d.arrive(&eager(3, 0, b""), 50);
+    d.arrive(&eager(3, 0, b""), 50, 0);
     d.post(&[add(1, 100, 3, ALL, 8, 0)]).unwrap();
     run(&mut d);
     let unexp = d.poll().unwrap();
@@ -86,7 +86,7 @@ fn an_add_at_a_stale_phase_is_disabled_and_asks_for_a_sync() {
     assert_eq!((c.kind, c.sync_req), (CqeKind::Add, true));
     // A later message with the tag is not matched by the disabled buffer (software must match
     // it against the unexpected one first; MPI ordering).
-    assert_eq!(d.arrive(&eager(3, 0, b""), 51), None);
+    assert_eq!(d.arrive(&eager(3, 0, b""), 51, 0), None);
     assert_eq!(d.unexpected(), 2);
     // Software syncs and re-posts: the new buffer is enabled.
     d.post(&[ListOp::Sync { wr_id: 9, signaled: true, unexpected_cnt: Some(2) }, add(2, 101, 3, ALL, 8, 2)]).unwrap();
@@ -96,7 +96,7 @@ fn an_add_at_a_stale_phase_is_disabled_and_asks_for_a_sync() {
     assert_eq!((s.kind, s.sync_req), (CqeKind::Sync, false));
     let a = d.poll().unwrap();
     assert_eq!((a.kind, a.sync_req), (CqeKind::Add, false));
-    assert_eq!(d.arrive(&eager(3, 0, b""), 52), Some(TmAction::Place { recv_wr_id: 101, from: 16, len: 0 }));
+    assert_eq!(d.arrive(&eager(3, 0, b""), 52, 0), Some(TmAction::Place { recv_wr_id: 101, from: 16, len: 0 }));
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn del_succeeds_on_a_listed_buffer_and_fails_on_a_consumed_one() {
     let mut d = dev();
     let h = d.post(&[add(1, 100, 1, ALL, 8, 0), add(2, 101, 2, ALL, 8, 0)]).unwrap();
     run(&mut d);
-    d.arrive(&eager(2, 0, b""), 0);
+    d.arrive(&eager(2, 0, b""), 0, 0);
     let del = |wr_id, handle| ListOp::Del { wr_id, handle, signaled: true, unexpected_cnt: Some(0) };
     d.post(&[del(3, h[0].unwrap()), del(4, h[1].unwrap())]).unwrap();
     run(&mut d);
@@ -120,7 +120,7 @@ fn del_succeeds_on_a_listed_buffer_and_fails_on_a_consumed_one() {
         ]
     );
     // The deleted buffer never matches.
-    assert_eq!(d.arrive(&eager(1, 0, b""), 0), None);
+    assert_eq!(d.arrive(&eager(1, 0, b""), 0, 0), None);
     assert_eq!(d.free_slots(), 4);
 }
 
@@ -151,7 +151,7 @@ fn an_over_long_eager_message_is_cut_to_the_buffer_with_a_length_error() {
     d.post(&[add(1, 100, 1, ALL, 4, 0)]).unwrap();
     run(&mut d);
     d.poll();
-    assert_eq!(d.arrive(&eager(1, 0, b"toolong"), 0), Some(TmAction::Place { recv_wr_id: 100, from: 16, len: 4 }));
+    assert_eq!(d.arrive(&eager(1, 0, b"toolong"), 0, 0), Some(TmAction::Place { recv_wr_id: 100, from: 16, len: 4 }));
     let c = d.poll().unwrap();
     assert_eq!((c.status, c.byte_len, c.matched), (CqeStatus::LocLenErr, 4, true));
 }
@@ -161,7 +161,7 @@ fn a_slot_is_reused_only_after_its_completions_were_polled() {
     let mut d = TmDevice::new(TmCaps { max_num_tags: 1, max_ops: 4 });
     d.post(&[add(1, 100, 1, ALL, 8, 0)]).unwrap();
     run(&mut d);
-    d.arrive(&eager(1, 0, b""), 0);
+    d.arrive(&eager(1, 0, b""), 0, 0);
     // The ADD and the message completions still name the slot.
     assert_eq!(d.post(&[add(2, 101, 1, ALL, 8, 0)]), Err(PostError::Full));
     d.poll();
@@ -174,11 +174,68 @@ fn a_slot_is_reused_only_after_its_completions_were_polled() {
 fn the_device_asks_for_a_sync_when_far_ahead_of_software() {
     let mut d = dev();
     for i in 0..0x3fff {
-        d.arrive(&eager(1, 0, b""), i);
+        d.arrive(&eager(1, 0, b""), i, 0);
         assert!(!d.poll().unwrap().sync_req);
     }
-    d.arrive(&eager(1, 0, b""), 0);
+    d.arrive(&eager(1, 0, b""), 0, 0);
     assert!(d.poll().unwrap().sync_req, "0x4000 unexpected messages not reported");
+}
+
+fn rndv(tag: u64, app_ctx: u32, rvh: Rvh, meta: &[u8]) -> Vec<u8> {
+    let mut m = Tmh { op: TmhOp::Rndv, app_ctx, tag }.to_bytes().to_vec();
+    m.extend_from_slice(&rvh.to_bytes());
+    m.extend_from_slice(meta);
+    m
+}
+
+#[test]
+fn a_matched_rendezvous_reads_the_data_sends_the_fin_and_completes_twice() {
+    let mut d = dev();
+    d.post(&[add(1, 100, 4, ALL, 4096, 0)]).unwrap();
+    run(&mut d);
+    d.poll();
+    let rvh = Rvh { va: 0x1000, rkey: 77, len: 3000 };
+    let act = d.arrive(&rndv(4, 12, rvh, b"hdr"), 9, 5).unwrap();
+    let TmAction::Read { read, qp, recv_wr_id, rvh: r } = act else { panic!("{act:?}") };
+    assert_eq!((qp, recv_wr_id, r), (5, 100, rvh));
+    let m = d.poll().unwrap();
+    assert_eq!((m.kind, m.wr_id, m.matched, m.data_valid, m.tag, m.app_ctx), (CqeKind::Recv, 100, true, false, 4, 12));
+    assert!(d.poll().is_none(), "no data completion before the read");
+    assert_eq!(d.read_done(read + 1, true), None, "an unknown read");
+    let fin = d.read_done(read, true).unwrap();
+    assert_eq!(fin, TmAction::Fin { qp: 5, tmh: Tmh { op: TmhOp::Fin, app_ctx: 12, tag: 4 }, rvh });
+    let c = d.poll().unwrap();
+    assert_eq!((c.wr_id, c.matched, c.data_valid, c.byte_len, c.status), (100, false, true, 3000, CqeStatus::Success));
+    assert_eq!(d.reads_in_progress(), 0);
+    assert_eq!(d.free_slots(), 4, "both completions polled: the slot is free");
+}
+
+#[test]
+fn a_rendezvous_larger_than_the_buffer_is_left_to_software_and_a_failed_read_says_so() {
+    let mut d = dev();
+    d.post(&[add(1, 100, 4, ALL, 64, 0), add(2, 101, 4, ALL, 64, 0)]).unwrap();
+    run(&mut d);
+    d.poll();
+    d.poll();
+    let big = rndv(4, 0, Rvh { va: 0, rkey: 1, len: 65 }, b"m");
+    assert_eq!(d.arrive(&big, 0, 0), Some(TmAction::Place { recv_wr_id: 100, from: 0, len: 33 }));
+    let c = d.poll().unwrap();
+    assert_eq!((c.status, c.byte_len), (CqeStatus::RndvIncomplete, 33));
+    let act = d.arrive(&rndv(4, 0, Rvh { va: 0, rkey: 1, len: 64 }, b""), 0, 0).unwrap();
+    let TmAction::Read { read, .. } = act else { panic!("{act:?}") };
+    d.poll();
+    assert_eq!(d.read_done(read, false), None, "no FIN for a failed read");
+    assert_eq!(d.poll().unwrap().status, CqeStatus::ReadErr);
+}
+
+#[test]
+fn an_unexpected_rendezvous_request_counts_and_stays_whole() {
+    let mut d = dev();
+    let m = rndv(4, 0, Rvh { va: 0, rkey: 1, len: 10 }, b"meta");
+    assert_eq!(d.arrive(&m, 33, 0), None);
+    let c = d.poll().unwrap();
+    assert_eq!((c.kind, c.wr_id, c.matched, c.byte_len), (CqeKind::Recv, 33, false, m.len()));
+    assert_eq!(d.unexpected(), 1);
 }
 
 /// A step of the property test.
@@ -261,7 +318,7 @@ proptest! {
                     }
                 }
                 Ev::Arrive(tag) => {
-                    let got = d.arrive(&eager(tag, 0, b""), 0);
+                    let got = d.arrive(&eager(tag, 0, b""), 0, 0);
                     let want = list.iter().position(|&(_, t, m, en)| en && tag & m == t);
                     match want {
                         Some(p) => {
