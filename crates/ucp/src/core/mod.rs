@@ -444,19 +444,7 @@ impl Core {
             return self.on_user_am(id, m);
         }
         if id == wire::AM_STREAM_DATA {
-            let (d, more) = {
-                let mut guard = self.engine.borrow_mut();
-                let e = &mut *guard;
-                let d = e.stream.on_data(&mut e.sh, m);
-                (d, e.sh.has_actions())
-            };
-            if let Some(d) = d {
-                d.run();
-            }
-            if more {
-                self.drain();
-            }
-            return;
+            return self.arrival(|e| e.stream.on_data(&mut e.sh, m));
         }
         let d = self.with_engine(|e| e.on_am(id, m));
         if let Some(d) = d {
@@ -467,10 +455,17 @@ impl Core {
     /// An eager message arrived: the 8-byte receive path.
     #[inline(always)]
     pub fn on_eager(&self, m: uct::AmRecv<'_>) {
+        self.arrival(|e| e.tag.on_eager(&mut e.sh, m));
+    }
+
+    /// Runs an arrival's engine work `f`, then, outside the engine, the plain callback of the
+    /// first request it completed (returned by `f`, freed already) before the actions it queued
+    /// (later completions).
+    #[inline(always)]
+    fn arrival(&self, f: impl FnOnce(&mut CoreEngine) -> Option<crate::request::complete::Done>) {
         let (d, more) = {
-            let mut guard = self.engine.borrow_mut();
-            let e = &mut *guard;
-            let d = e.tag.on_eager(&mut e.sh, m);
+            let mut e = self.engine.borrow_mut();
+            let d = f(&mut e);
             (d, e.sh.has_actions())
         };
         if let Some(d) = d {

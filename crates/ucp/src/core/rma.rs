@@ -505,6 +505,30 @@ impl Core {
         let z = self.zc_spare();
         // SAFETY: the caller's promise; a started get completes only after its completion.
         let r = unsafe { uep.get_bcopy(dst, len, remote, key, Some(&z.comp)) };
+        let route = RmaRoute { lane: c.lane, proto: RmaProto::Bcopy, piece: len };
+        // SAFETY: the caller's promise; the request's buffer is the destination.
+        let buf = unsafe { UserBuf::contig(dst, len) };
+        let op = RmaOp { kind: RmaOpKind::Get, buf, remote, rkey: rkey_id, amo: AmoArgs::default() };
+        self.direct_settle(z, r, ep_id, op, route, len, param)
+    }
+
+    /// The outcome of a direct operation that carried spare completion `z`: done, the spare
+    /// goes back; started, the operation gets its request (from `param`, taken; `offset` is
+    /// how far it got, one piece in flight) and keeps its key in the completion's slot;
+    /// refused, `None` for the slow path to queue it (meeting the refusal again, it parks the
+    /// endpoint).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn direct_settle(
+        &self,
+        z: super::exec::ZcComp,
+        r: ucs::OpResult,
+        ep_id: Id,
+        op: RmaOp,
+        route: RmaRoute,
+        offset: usize,
+        param: &mut RequestParam,
+    ) -> Option<UcsResult<Option<Id>>> {
         Some(match r {
             Ok(Outcome::Done(())) => {
                 self.zc_spare_back(z);
@@ -512,16 +536,12 @@ impl Core {
             }
             Ok(Outcome::InProgress) => {
                 // The key stays until the completion (the user may destroy it before).
-                if let Some(rkey) = self.rkeys.borrow().get(rkey_id) {
+                if let Some(rkey) = self.rkeys.borrow().get(op.rkey) {
                     z.slot.keep_rma(None, rkey.clone());
                 }
-                let route = RmaRoute { lane: c.lane, proto: RmaProto::Bcopy, piece: len };
                 let param = std::mem::take(param);
-                // SAFETY: the caller's promise; the request's buffer is the destination.
-                let buf = unsafe { UserBuf::contig(dst, len) };
-                let op = RmaOp { kind: RmaOpKind::Get, buf, remote, rkey: rkey_id, amo: AmoArgs::default() };
                 let rid = self.with_engine(|e| {
-                    let req = rma_req(ep_id, &op, route, param.hint(), len, 1);
+                    let req = rma_req(ep_id, &op, route, param.hint(), offset, 1);
                     e.sh.rma_inflight(req, param)
                 });
                 z.slot.set_what(ZcDone::Rma { rid });
@@ -529,7 +549,6 @@ impl Core {
             }
             Ok(Outcome::NoResource) => {
                 self.zc_spare_back(z);
-                // The slow path queues it (meeting the refusal again, it parks the endpoint).
                 return None;
             }
             Err(e) => {
@@ -583,38 +602,11 @@ impl Core {
         // above), writable without other access until the operation completes (the caller's
         // promise); a started operation completes only after its completion.
         let r = unsafe { fetch_atomic(uep, aop, size, amo, remote, key, res, &z.comp) };
-        Some(match r {
-            Ok(Outcome::Done(())) => {
-                self.zc_spare_back(z);
-                Ok(None)
-            }
-            Ok(Outcome::InProgress) => {
-                // The key stays until the completion (the user may destroy it before).
-                if let Some(rkey) = self.rkeys.borrow().get(rkey_id) {
-                    z.slot.keep_rma(None, rkey.clone());
-                }
-                let route = RmaRoute { lane: a.lane, proto: RmaProto::Amo, piece: size as usize };
-                let param = std::mem::take(param);
-                // SAFETY: as above; the request's buffer is the reply buffer.
-                let buf = unsafe { UserBuf::contig(res, size as usize) };
-                let op = RmaOp { kind: RmaOpKind::Amo { op: aop, fetch: true, size }, buf, remote, rkey: rkey_id, amo };
-                let rid = self.with_engine(|e| {
-                    let req = rma_req(ep_id, &op, route, param.hint(), 1, 1);
-                    e.sh.rma_inflight(req, param)
-                });
-                z.slot.set_what(ZcDone::Rma { rid });
-                Ok(Some(rid))
-            }
-            Ok(Outcome::NoResource) => {
-                self.zc_spare_back(z);
-                // The slow path queues it (meeting the refusal again, it parks the endpoint).
-                return None;
-            }
-            Err(e) => {
-                self.zc_spare_back(z);
-                Err(e)
-            }
-        })
+        let route = RmaRoute { lane: a.lane, proto: RmaProto::Amo, piece: size as usize };
+        // SAFETY: as above; the request's buffer is the reply buffer.
+        let buf = unsafe { UserBuf::contig(res, size as usize) };
+        let op = RmaOp { kind: RmaOpKind::Amo { op: aop, fetch: true, size }, buf, remote, rkey: rkey_id, amo };
+        self.direct_settle(z, r, ep_id, op, route, 1, param)
     }
 
     /// [`Core::rma_start`] off the fast path: checks with errors that say what was wrong,

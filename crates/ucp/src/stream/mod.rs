@@ -277,7 +277,6 @@ impl StreamState {
 fn fill<L: Clone>(sh: &mut Shared<L>, es: &mut EpStream, payload: &[u8]) -> (usize, Option<Done>) {
     let mut off = 0;
     let mut first = None;
-    let mut any = false;
     while off < payload.len() {
         let Some(&(rid, waitall)) = es.recvs.front() else { break };
         let Some(ReqState { kind: ReqKind::Recv(rr), info, .. }) = sh.reqs.tab.get_mut(rid) else {
@@ -298,10 +297,10 @@ fn fill<L: Clone>(sh: &mut Shared<L>, es: &mut EpStream, payload: &[u8]) -> (usi
             es.recvs.pop_front();
             let r = sh.reqs.finish(rid, Status::Ok);
             match r {
-                Ok(Some(d)) if !any && !sh.has_actions() => first = Some(d),
+                // (Runs before the queued actions: only when none is queued before it.)
+                Ok(Some(d)) if first.is_none() && !sh.has_actions() => first = Some(d),
                 r => sh.completed(rid, r),
             }
-            any = true;
         }
     }
     (off, first)
