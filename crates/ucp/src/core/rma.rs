@@ -505,28 +505,29 @@ impl Core {
         let z = self.zc_spare();
         // SAFETY: the caller's promise; a started get completes only after its completion.
         let r = unsafe { uep.get_bcopy(dst, len, remote, key, Some(&z.comp)) };
-        let route = RmaRoute { lane: c.lane, proto: RmaProto::Bcopy, piece: len };
-        // SAFETY: the caller's promise; the request's buffer is the destination.
-        let buf = unsafe { UserBuf::contig(dst, len) };
-        let op = RmaOp { kind: RmaOpKind::Get, buf, remote, rkey: rkey_id, amo: AmoArgs::default() };
-        self.direct_settle(z, r, ep_id, op, route, len, param)
+        let op = || {
+            // SAFETY: the caller's promise; the request's buffer is the destination.
+            let buf = unsafe { UserBuf::contig(dst, len) };
+            let op = RmaOp { kind: RmaOpKind::Get, buf, remote, rkey: rkey_id, amo: AmoArgs::default() };
+            (op, RmaRoute { lane: c.lane, proto: RmaProto::Bcopy, piece: len }, len)
+        };
+        self.direct_settle(z, r, ep_id, rkey_id, op, param)
     }
 
     /// The outcome of a direct operation that carried spare completion `z`: done, the spare
-    /// goes back; started, the operation gets its request (from `param`, taken; `offset` is
+    /// goes back; started, the operation (`op`: it, its route and `offset`, built only then)
+    /// gets its request (from `param`, taken; `offset` is
     /// how far it got, one piece in flight) and keeps its key in the completion's slot;
     /// refused, `None` for the slow path to queue it (meeting the refusal again, it parks the
     /// endpoint).
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn direct_settle(
         &self,
         z: super::exec::ZcComp,
         r: ucs::OpResult,
         ep_id: Id,
-        op: RmaOp,
-        route: RmaRoute,
-        offset: usize,
+        rkey_id: Id,
+        op: impl FnOnce() -> (RmaOp, RmaRoute, usize),
         param: &mut RequestParam,
     ) -> Option<UcsResult<Option<Id>>> {
         Some(match r {
@@ -536,10 +537,11 @@ impl Core {
             }
             Ok(Outcome::InProgress) => {
                 // The key stays until the completion (the user may destroy it before).
-                if let Some(rkey) = self.rkeys.borrow().get(op.rkey) {
+                if let Some(rkey) = self.rkeys.borrow().get(rkey_id) {
                     z.slot.keep_rma(None, rkey.clone());
                 }
                 let param = std::mem::take(param);
+                let (op, route, offset) = op();
                 let rid = self.with_engine(|e| {
                     let req = rma_req(ep_id, &op, route, param.hint(), offset, 1);
                     e.sh.rma_inflight(req, param)
@@ -602,11 +604,13 @@ impl Core {
         // above), writable without other access until the operation completes (the caller's
         // promise); a started operation completes only after its completion.
         let r = unsafe { fetch_atomic(uep, aop, size, amo, remote, key, res, &z.comp) };
-        let route = RmaRoute { lane: a.lane, proto: RmaProto::Amo, piece: size as usize };
-        // SAFETY: as above; the request's buffer is the reply buffer.
-        let buf = unsafe { UserBuf::contig(res, size as usize) };
-        let op = RmaOp { kind: RmaOpKind::Amo { op: aop, fetch: true, size }, buf, remote, rkey: rkey_id, amo };
-        self.direct_settle(z, r, ep_id, op, route, 1, param)
+        let op = || {
+            // SAFETY: as above; the request's buffer is the reply buffer.
+            let buf = unsafe { UserBuf::contig(res, size as usize) };
+            let op = RmaOp { kind: RmaOpKind::Amo { op: aop, fetch: true, size }, buf, remote, rkey: rkey_id, amo };
+            (op, RmaRoute { lane: a.lane, proto: RmaProto::Amo, piece: size as usize }, 1)
+        };
+        self.direct_settle(z, r, ep_id, rkey_id, op, param)
     }
 
     /// [`Core::rma_start`] off the fast path: checks with errors that say what was wrong,
