@@ -29,6 +29,19 @@ fn rc_verbs_conformance_across_processes() {
 }
 
 #[test]
+fn rc_verbs_conformance_with_tag_matching_across_processes() {
+    uct_ib::register();
+    if let Some(r) = kit_common::resource("rc_verbs") {
+        let opts = kit_common::rc_verbs_options(&r)
+            .with_config("TM_ENABLE", "y")
+            .with_config("RX_QUEUE_LEN", "256")
+            .with_tag_handlers()
+            .across_processes(agent());
+        kit_common::run(opts, |name, remote| name == "peer_failure" && !remote);
+    }
+}
+
+#[test]
 fn ud_verbs_conformance_across_processes() {
     uct_ib::register();
     if let Some(r) = kit_common::resource("ud_verbs") {

@@ -14,8 +14,9 @@
 //!
 //! Resources are named `tl/dev:port`, e.g. `rc_verbs/rxe0:1`, `ud_verbs/rxe0:1`. Without a
 //! verbs stack (no libibverbs, no kernel support, no device) the component lists nothing and
-//! [`unavailable_reason`] says why. Hardware tag matching is not offered yet ([`tm`] holds
-//! its wire headers so far); DC is not implemented.
+//! [`unavailable_reason`] says why. `rc_verbs` offers hardware tag matching
+//! (`UCX_RC_TM_ENABLE=y`) over an emulated device ([`tm`]: a software model of the adapter's
+//! matching, since Soft-RoCE has none); DC is not implemented.
 
 pub mod device;
 pub mod ib_config;

@@ -26,7 +26,18 @@ use crate::verbs::{Mr, Pd};
 pub const NAME: &str = "ib";
 
 const RKEY_MAGIC: [u8; 4] = *b"IBRK";
-const RKEY_LEN: usize = 4 + 4 + 8 + 8;
+pub(crate) const RKEY_LEN: usize = 4 + 4 + 8 + 8;
+
+/// The packed form of remote key `rkey` for `len` bytes at `base` (what `mkey_pack` gives for
+/// such a registration): for keys that arrive in a peer's headers, e.g. a rendezvous request.
+pub(crate) fn pack_rkey(rkey: u32, base: u64, len: u64) -> [u8; RKEY_LEN] {
+    let mut out = [0u8; RKEY_LEN];
+    out[..4].copy_from_slice(&RKEY_MAGIC);
+    out[4..8].copy_from_slice(&rkey.to_le_bytes());
+    out[8..16].copy_from_slice(&base.to_le_bytes());
+    out[16..24].copy_from_slice(&len.to_le_bytes());
+    out
+}
 
 /// The `ib` component.
 pub struct IbComponent;

@@ -12,3 +12,16 @@ fn rc_verbs_conformance() {
         kit_common::run(kit_common::rc_verbs_options(&r), |name, remote| name == "peer_failure" && !remote);
     }
 }
+
+/// With tag matching on (emulated), every active message carries the `NO_TAG` prefix and goes
+/// through the tag device: the whole kit again.
+#[test]
+fn rc_verbs_conformance_with_tag_matching() {
+    if let Some(r) = kit_common::resource("rc_verbs") {
+        let opts = kit_common::rc_verbs_options(&r)
+            .with_config("TM_ENABLE", "y")
+            .with_config("RX_QUEUE_LEN", "256")
+            .with_tag_handlers();
+        kit_common::run(opts, |name, remote| name == "peer_failure" && !remote);
+    }
+}

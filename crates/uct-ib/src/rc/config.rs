@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ucs::config::{AutoOr, Config, ConfigSource};
+use ucs::config::{AutoOr, Config, ConfigSource, MemUnits};
 use ucs::{Status, UcsResult};
 
 use crate::ib_config::IbIfaceConfig;
@@ -26,6 +26,12 @@ ucs::config_table! {
         pub tx_cq_moderation: u32 = ("TX_CQ_MODERATION", "64", "Send completions are requested every this many sends."),
         pub tx_cq_len: u32 = ("TX_CQ_LEN", "4096", "Length of the send completion queue."),
         pub max_am_hdr: u32 = ("MAX_AM_HDR", "128", "Largest user header of a zero-copy active message."),
+        pub tm_enable: bool = ("TM_ENABLE", "n",
+            "Enable tag-matching offload (emulated: a software model of the device's matching, see \
+             docs/uct-ib/tag-matching.md); active only when the interface is opened with tag handlers."),
+        pub tm_list_size: u32 = ("TM_LIST_SIZE", "1024", "Receives posted to the tag-matching list at most."),
+        pub tm_seg_size: MemUnits = ("TM_SEG_SIZE", "48k",
+            "Receive segment with tag matching on: the largest eager tagged message (at least SEG_SIZE is used)."),
     }
 }
 
@@ -58,6 +64,12 @@ pub struct RcConfig {
     pub tx_cq_len: u32,
     /// Largest zero-copy AM user header.
     pub max_am_hdr: usize,
+    /// Tag-matching offload asked for (`TM_ENABLE`).
+    pub tm_enable: bool,
+    /// Tagged receives posted at most (`TM_LIST_SIZE`).
+    pub tm_list_size: u32,
+    /// Receive segment when tag matching is on (`TM_SEG_SIZE`, at least `SEG_SIZE`).
+    pub tm_seg_size: usize,
 }
 
 fn invalid(var: &str, value: impl std::fmt::Display, why: &str) -> Status {
@@ -133,7 +145,18 @@ impl RcConfig {
             AutoOr::Value(0) => return Err(invalid("MAX_RD_ATOMIC", 0, "must be at least 1")),
             AutoOr::Value(v) => Some(v),
         };
+        if !(1..=(1 << 16)).contains(&t.tm_list_size) {
+            return Err(invalid("TM_LIST_SIZE", t.tm_list_size, "must be 1..65536"));
+        }
+        let tm_seg_size = match t.tm_seg_size {
+            MemUnits::Value(v) if v <= 1 << 20 => v.max(ib.seg_size),
+            MemUnits::Auto => (48 << 10).max(ib.seg_size),
+            other => return Err(invalid("TM_SEG_SIZE", format!("{other:?}"), "must be at most 1 MiB")),
+        };
         Ok(RcConfig {
+            tm_enable: t.tm_enable,
+            tm_list_size: t.tm_list_size,
+            tm_seg_size,
             path_mtu,
             timeout_exp: timeout_exponent(t.timeout),
             retry_count: byte("RETRY_COUNT", t.retry_count, 7)?,
@@ -171,6 +194,18 @@ mod tests {
         assert_eq!(c.tx_cq_moderation, 64);
         assert_eq!(c.timeout_exp, 18, "1 s is 4.096 us * 2^18 (rounded up)");
         assert_eq!(c.min_rnr_timer, 14, "1 ms rounds up to 1.28 ms, code 14");
+        assert_eq!((c.tm_enable, c.tm_list_size, c.tm_seg_size), (false, 1024, 48 << 10));
+    }
+
+    #[test]
+    fn tag_matching_settings() {
+        let c =
+            read(&[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_VERBS_TM_LIST_SIZE", "64")], &[("TM_SEG_SIZE", "4k")]).unwrap();
+        assert_eq!((c.tm_enable, c.tm_list_size), (true, 64));
+        assert_eq!(c.tm_seg_size, 8192, "never below SEG_SIZE");
+        assert_eq!(read(&[("UCX_RC_TM_LIST_SIZE", "0")], &[]), Err(Status::InvalidParam));
+        assert_eq!(read(&[("UCX_RC_TM_SEG_SIZE", "2m")], &[]), Err(Status::InvalidParam));
+        assert_eq!(read(&[("UCX_RC_TM_ENABLE", "maybe")], &[]), Err(Status::InvalidParam));
     }
 
     #[test]

@@ -16,13 +16,15 @@ use ucs::mpool::PoolBuf;
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     check_am_id, check_length, iov_total_len, AtomicOp, Completion, Ep, FlushFlags, Iov, PackFn, PendingHandle,
-    RemoteKey, SendFlags,
+    RemoteKey, RndvOp, SendFlags, Tag,
 };
 
 use super::iface::IfaceInner;
+use super::tm::RcTm;
 use super::{unpack_ep_addr, DevAddr, FC_HARD_REQ, FC_PURE_GRANT, FC_SOFT_REQ};
 use crate::device::LinkLayer;
 use crate::md::{IbRegion, NAME as COMPONENT};
+use crate::tm::wire::{Rvh, Tmh, TmhOp, TMH_LEN};
 use crate::verbs::Qp;
 
 /// What a work request leaves behind until it is retired.
@@ -35,6 +37,8 @@ enum Op {
     GetBcopy { desc: PoolBuf, dst: *mut u8, len: usize, comp: Option<Rc<Completion>> },
     /// An atomic whose old value lands in a descriptor, copied to `result` when done.
     Fetch { desc: PoolBuf, result: *mut u8, size: usize, comp: Option<Rc<Completion>> },
+    /// The tag device's rendezvous READ into a posted receive (tag matching, emulated).
+    TmRead(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +167,11 @@ impl EpShared {
                     c.complete(status);
                 }
             }
+            Op::TmRead(read) => {
+                if let Some(tm) = &self.iface.tm {
+                    tm.read_finished(&self.iface, read, status == Status::Ok);
+                }
+            }
         }
     }
 
@@ -218,6 +227,9 @@ impl EpShared {
         for (_, op) in ops {
             self.retire(op, status);
         }
+        if let Some(tm) = &self.iface.tm {
+            tm.ep_gone(&self.iface, self.qp.qp_num(), status);
+        }
         self.iface.report_failure(self.user_data, status);
         if !self.iface.base.pending.group_is_empty(self.group) {
             self.iface.base.pending.schedule(self.group);
@@ -253,8 +265,10 @@ impl EpShared {
         if self.check_state().is_err() || self.sq_available.get() <= 0 || self.iface.cq_available.get() <= 0 {
             return false;
         }
-        let hdr = [FC_PURE_GRANT];
-        if self.post_inline(sys::IBV_WR_SEND, &hdr, 0, 0).is_ok() {
+        // (The NO_TAG prefix first when tag matching is on.)
+        let hdr = [0, FC_PURE_GRANT];
+        let off = self.iface.am_off;
+        if self.post_inline(sys::IBV_WR_SEND, &hdr[1 - off..], 0, 0).is_ok() {
             self.grant_owed.set(false);
         }
         true
@@ -265,6 +279,59 @@ impl EpShared {
         let mut wr = send_wr(opcode, &mut sge, 1, sys::IBV_SEND_INLINE);
         wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
         self.post(&mut wr, false, None)
+    }
+
+    /// The tag device's rendezvous READ `read`: the sender's data (`rvh`) into the posted
+    /// buffer at `buf` (registered with `lkey`).
+    pub(crate) fn tm_read(&self, read: u64, rvh: &Rvh, buf: *mut u8, lkey: u32) -> OpResult {
+        if let Outcome::NoResource = self.ready(true)? {
+            return Ok(Outcome::NoResource);
+        }
+        let mut sge = sys::ibv_sge { addr: buf as u64, length: rvh.len, lkey };
+        let mut wr = send_wr(sys::IBV_WR_RDMA_READ, &mut sge, (rvh.len > 0) as i32, 0);
+        wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: rvh.va, rkey: rvh.rkey };
+        self.post(&mut wr, true, Some(Op::TmRead(read)))?;
+        Ok(Outcome::InProgress)
+    }
+
+    /// The tag device's FIN of a rendezvous (TMH and RVH, inline).
+    pub(crate) fn tm_fin(&self, msg: &[u8]) -> OpResult {
+        if let Outcome::NoResource = self.ready(false)? {
+            return Ok(Outcome::NoResource);
+        }
+        self.post_inline(sys::IBV_WR_SEND, msg, 0, 0)?;
+        Ok(Outcome::Done(()))
+    }
+
+    /// Checks that tag matching is on; its state.
+    fn tm(&self) -> UcsResult<&RcTm> {
+        self.iface.tm.as_ref().ok_or_else(|| {
+            tracing::debug!("rc_verbs: tag operations need tag matching on (UCX_RC_TM_ENABLE=y and tag handlers)");
+            Status::Unsupported
+        })
+    }
+
+    /// Sends a tagged message of `parts` inline, as a `SEND_WITH_IMM` when `imm` is given.
+    fn send_tagged_inline(&self, parts: &[&[u8]], imm: Option<u32>) -> OpResult {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total > self.iface.max_inline {
+            return Err(Status::InvalidParam);
+        }
+        if let Outcome::NoResource = self.ready(false)? {
+            return Ok(Outcome::NoResource);
+        }
+        let mut buf = [0u8; 1024];
+        let mut off = 0;
+        for p in parts {
+            buf[off..off + p.len()].copy_from_slice(p);
+            off += p.len();
+        }
+        let mut sge = sys::ibv_sge { addr: buf.as_ptr() as u64, length: total as u32, lkey: 0 };
+        let opcode = if imm.is_some() { sys::IBV_WR_SEND_WITH_IMM } else { sys::IBV_WR_SEND };
+        let mut wr = send_wr(opcode, &mut sge, 1, sys::IBV_SEND_INLINE);
+        wr.__bindgen_anon_1.imm_data = imm.unwrap_or(0).to_be();
+        self.post(&mut wr, false, None)?;
+        Ok(Outcome::Done(()))
     }
 
     /// Takes a send descriptor, or `None` when the pool is exhausted.
@@ -428,6 +495,14 @@ impl RcEp {
             tracing::error!("rc_verbs: peer link layer differs (Ethernet {} here, {} there)", eth, peer.eth);
             return Err(Status::Unreachable);
         }
+        if peer.tm != i.tm.is_some() {
+            tracing::error!(
+                "rc_verbs: peer's tag matching differs (on {} here, {} there): UCX_RC_TM_ENABLE must agree",
+                i.tm.is_some(),
+                peer.tm
+            );
+            return Err(Status::Unreachable);
+        }
         let mut mtu = (i.port.mtu_enum).min(peer.mtu_enum as u32);
         if let Some(cap) = i.cfg.path_mtu {
             mtu = mtu.min(cap);
@@ -491,16 +566,18 @@ impl RcEp {
     fn send_am_inline(&self, id: u8, parts: &[&[u8]]) -> OpResult {
         let s = &self.s;
         check_am_id(id)?;
-        let total: usize = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
-        check_length(total - 1, s.iface.base.attr.am.max_short, "am_short")?;
+        let off = s.iface.am_off;
+        let total: usize = off + 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+        check_length(total - 1 - off, s.iface.base.attr.am.max_short, "am_short")?;
         if let Outcome::NoResource = s.ready(false)? {
             return Ok(Outcome::NoResource);
         }
         let Some(hdr) = s.am_hdr(id) else { return Ok(Outcome::NoResource) };
+        // (Zeroed: the NO_TAG prefix, when there is one, is 0.)
         let mut buf = [0u8; 1024];
         let Some(dst) = buf.get_mut(..total) else { return Err(Status::InvalidParam) };
-        dst[0] = hdr;
-        let mut off = 1;
+        dst[off] = hdr;
+        let mut off = off + 1;
         for p in parts {
             dst[off..off + p.len()].copy_from_slice(p);
             off += p.len();
@@ -593,6 +670,9 @@ impl Drop for RcEp {
         let ops: Vec<(u64, Op)> = s.outstanding.borrow_mut().drain(..).collect();
         for (_, op) in ops {
             s.retire(op, Status::Canceled);
+        }
+        if let Some(tm) = &i.tm {
+            tm.ep_gone(i, s.qp.qp_num(), Status::Canceled);
         }
     }
 }
@@ -691,10 +771,12 @@ impl Ep for RcEp {
         }
         let Some(hdr) = s.am_hdr(id) else { return Ok(Outcome::NoResource) };
         let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
-        desc[0] = hdr;
-        let len = pack(&mut desc[1..]);
-        check_length(len, s.iface.cfg.ib.seg_size - 1, "am_bcopy packed")?;
-        let mut sge = s.desc_sge(&desc, len + 1);
+        let off = s.iface.am_off;
+        desc[0] = 0;
+        desc[off] = hdr;
+        let len = pack(&mut desc[off + 1..]);
+        check_length(len, s.iface.cfg.ib.seg_size - 1 - off, "am_bcopy packed")?;
+        let mut sge = s.desc_sge(&desc, off + 1 + len);
         let mut wr = send_wr(sys::IBV_WR_SEND, &mut sge, 1, 0);
         s.post(&mut wr, false, Some(Op::Desc(desc)))?;
         s.am_sent();
@@ -722,9 +804,11 @@ impl Ep for RcEp {
         }
         let Some(hdr) = s.am_hdr(id) else { return Ok(Outcome::NoResource) };
         let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
-        desc[0] = hdr;
-        desc[1..1 + header.len()].copy_from_slice(header);
-        sges[0] = s.desc_sge(&desc, 1 + header.len());
+        let off = s.iface.am_off;
+        desc[0] = 0;
+        desc[off] = hdr;
+        desc[off + 1..off + 1 + header.len()].copy_from_slice(header);
+        sges[0] = s.desc_sge(&desc, off + 1 + header.len());
         let mut wr = send_wr(sys::IBV_WR_SEND, sges.as_mut_ptr(), (n + 1) as i32, 0);
         let signal = comp.is_some();
         s.post(&mut wr, signal, Some(Op::Desc(desc)))?;
@@ -829,5 +913,148 @@ impl Ep for RcEp {
             Status::InvalidAddr
         })?;
         self.connect(peer, qpn)
+    }
+
+    fn tag_eager_short(&self, tag: Tag, data: &[u8]) -> OpResult {
+        let s = &self.s;
+        s.tm()?;
+        check_length(data.len(), s.iface.base.attr.tag.eager.max_short, "tag_eager_short")?;
+        let tmh = Tmh { op: TmhOp::Eager, app_ctx: 0, tag }.to_bytes();
+        s.send_tagged_inline(&[&tmh, data], None)
+    }
+
+    fn tag_eager_bcopy(&self, tag: Tag, imm: u64, pack: PackFn<'_>, _flags: SendFlags) -> OpResult<usize> {
+        let s = &self.s;
+        s.tm()?;
+        if let Outcome::NoResource = s.ready(false)? {
+            return Ok(Outcome::NoResource);
+        }
+        let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
+        let (app_ctx, imm_data) = split_imm(imm);
+        desc[..TMH_LEN].copy_from_slice(&Tmh { op: TmhOp::Eager, app_ctx, tag }.to_bytes());
+        let len = pack(&mut desc[TMH_LEN..]);
+        check_length(len, s.iface.base.attr.tag.eager.max_bcopy, "tag_eager_bcopy packed")?;
+        let mut sge = s.desc_sge(&desc, TMH_LEN + len);
+        let mut wr = send_wr(imm_opcode(imm), &mut sge, 1, 0);
+        wr.__bindgen_anon_1.imm_data = imm_data.to_be();
+        s.post(&mut wr, false, Some(Op::Desc(desc)))?;
+        Ok(Outcome::Done(len))
+    }
+
+    unsafe fn tag_eager_zcopy(
+        &self,
+        tag: Tag,
+        imm: u64,
+        iov: &[Iov<'_>],
+        _flags: SendFlags,
+        comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        let s = &self.s;
+        s.tm()?;
+        check_length(iov_total_len(iov), s.iface.base.attr.tag.eager.max_zcopy, "tag_eager_zcopy")?;
+        let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; 8];
+        let max = s.iface.max_send_sge.min(8);
+        let n = s.sges_from_iov(iov, &mut sges[1..max])?;
+        if let Outcome::NoResource = s.ready(comp.is_some())? {
+            return Ok(Outcome::NoResource);
+        }
+        let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
+        let (app_ctx, imm_data) = split_imm(imm);
+        desc[..TMH_LEN].copy_from_slice(&Tmh { op: TmhOp::Eager, app_ctx, tag }.to_bytes());
+        sges[0] = s.desc_sge(&desc, TMH_LEN);
+        let mut wr = send_wr(imm_opcode(imm), sges.as_mut_ptr(), (n + 1) as i32, 0);
+        wr.__bindgen_anon_1.imm_data = imm_data.to_be();
+        s.post(&mut wr, comp.is_some(), Some(Op::Desc(desc)))?;
+        if let Some(c) = comp {
+            let sn = s.sn.get();
+            s.outstanding.borrow_mut().push_back((sn, Op::Comp(c.clone())));
+        }
+        Ok(Outcome::InProgress)
+    }
+
+    unsafe fn tag_rndv_zcopy(
+        &self,
+        tag: Tag,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        _flags: SendFlags,
+        comp: Option<&Rc<Completion>>,
+    ) -> OpResult<RndvOp> {
+        let s = &self.s;
+        let tm = s.tm()?;
+        check_length(header.len(), s.iface.base.attr.tag.rndv.max_hdr, "tag_rndv_zcopy header")?;
+        let (va, len, rkey) = match iov {
+            [] => (0, 0, 0),
+            [e] if e.count <= 1 => {
+                let len = if e.count == 0 { 0 } else { e.length };
+                if len > u32::MAX as usize {
+                    return Err(Status::InvalidParam);
+                }
+                let rkey = match e.memh.and_then(|m| m.downcast_ref::<IbRegion>()) {
+                    Some(r) if e.memh.is_some_and(|m| m.contains(e.buffer, len)) => r.rkey(),
+                    _ if len == 0 => 0,
+                    _ => {
+                        tracing::debug!("rc_verbs: a rendezvous send's buffer needs an ib registration that covers it");
+                        return Err(Status::InvalidParam);
+                    }
+                };
+                (e.buffer as u64, len as u32, rkey)
+            }
+            _ => {
+                tracing::debug!("rc_verbs: an offloaded rendezvous sends one contiguous buffer");
+                return Err(Status::InvalidParam);
+            }
+        };
+        if let Outcome::NoResource = s.ready(false)? {
+            return Ok(Outcome::NoResource);
+        }
+        let Some(app_ctx) = tm.send_start(s.qp.qp_num(), va, len, comp.cloned()) else {
+            return Ok(Outcome::NoResource);
+        };
+        let tmh = Tmh { op: TmhOp::Rndv, app_ctx, tag }.to_bytes();
+        let rvh = Rvh { va, rkey, len }.to_bytes();
+        match s.send_tagged_inline(&[&tmh, &rvh, header], None) {
+            Ok(Outcome::Done(())) => Ok(Outcome::Done(RndvOp(app_ctx as u64))),
+            Ok(_) => {
+                tm.send_forget(app_ctx);
+                Ok(Outcome::NoResource)
+            }
+            Err(e) => {
+                tm.send_forget(app_ctx);
+                Err(e)
+            }
+        }
+    }
+
+    fn tag_rndv_cancel(&self, op: RndvOp) -> UcsResult<()> {
+        let tm = self.s.tm()?;
+        match u32::try_from(op.0) {
+            Ok(app_ctx) if tm.send_forget(app_ctx) => Ok(()),
+            _ => Err(Status::NoElem),
+        }
+    }
+
+    fn tag_rndv_request(&self, tag: Tag, header: &[u8], _flags: SendFlags) -> OpResult {
+        let s = &self.s;
+        s.tm()?;
+        check_length(header.len(), s.iface.base.attr.tag.eager.max_short, "tag_rndv_request header")?;
+        // An eager TMH in a SEND_WITH_IMM of 0: the receiver's software completes it.
+        let tmh = Tmh { op: TmhOp::Eager, app_ctx: 0, tag }.to_bytes();
+        s.send_tagged_inline(&[&tmh, header], Some(0))
+    }
+}
+
+/// The TMH's `app_ctx` (the high half) and the immediate value (the low half) of a tagged
+/// message's 64-bit immediate value, as UCX's `rc_mlx5` splits it.
+fn split_imm(imm: u64) -> (u32, u32) {
+    ((imm >> 32) as u32, imm as u32)
+}
+
+/// `SEND_WITH_IMM` for a message with an immediate value, else `SEND`.
+fn imm_opcode(imm: u64) -> sys::ibv_wr_opcode {
+    if imm != 0 {
+        sys::IBV_WR_SEND_WITH_IMM
+    } else {
+        sys::IBV_WR_SEND
     }
 }

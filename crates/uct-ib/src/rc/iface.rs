@@ -8,15 +8,17 @@ use std::rc::{Rc, Weak};
 
 use rdma_core_sys as sys;
 use ucs::arbiter::GroupId;
-use ucs::mpool::MemPool;
+use ucs::mpool::{MemPool, PoolBuf};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     AmRecv, AtomicCaps, AtomicOps, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags,
-    FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
+    FlushFlags, Iface, IfaceAttr, IfaceFlags, IfaceParams, Iov, LinearFunc, OpCaps, ProgressFlags, Resources, Tag,
+    TagRecvContext, Worker,
 };
 
 use super::config::RcConfig;
 use super::ep::{EpShared, RcEp};
+use super::tm::RcTm;
 use super::{DevAddr, AM_ID_MASK, FC_HARD_REQ, FC_PURE_GRANT, FC_SOFT_REQ};
 use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
 use crate::md::IbMd;
@@ -56,6 +58,11 @@ pub(crate) struct IfaceInner {
     pub max_inline: usize,
     pub max_send_sge: usize,
     pub max_rd_atomic: u32,
+    /// Bytes before an active message's header byte: 1 (the `NO_TAG` prefix) with tag
+    /// matching on, else 0.
+    pub am_off: usize,
+    /// Tag matching (emulated), when on.
+    pub tm: Option<RcTm>,
     closing: Cell<bool>,
 }
 
@@ -70,12 +77,12 @@ fn handle_tx(inner: &IfaceInner, wc: &sys::ibv_wc) {
 }
 
 impl IfaceInner {
-    fn ep_by_qpn(&self, qpn: u32) -> Option<Rc<EpShared>> {
+    pub(crate) fn ep_by_qpn(&self, qpn: u32) -> Option<Rc<EpShared>> {
         self.eps.borrow().get(&qpn).and_then(Weak::upgrade)
     }
 
     /// Processes one receive completion.
-    fn handle_rx(&self, wc: &sys::ibv_wc) {
+    pub(crate) fn handle_rx(&self, wc: &sys::ibv_wc) {
         let idx = wc.wr_id as usize;
         let mut buf = {
             let mut rx = self.rx.borrow_mut();
@@ -101,21 +108,30 @@ impl IfaceInner {
             self.rx.borrow_mut().slots[idx] = buf;
             return;
         }
-        let hdr = buf.as_ref().map_or(0, |b| b[0]);
+        match &self.tm {
+            None => self.am_rx(wc.qp_num, &mut buf, 0, len),
+            Some(tm) => tm.rx(self, wc, idx, &mut buf, len),
+        }
+        // A kept descriptor left `buf` empty; the refill takes a fresh one.
+        self.rx.borrow_mut().slots[idx] = buf;
+    }
+
+    /// An active message (or a credit grant) from queue pair `qpn`: its header byte at `off` in
+    /// `buf`, `len` bytes from there (at least 1).
+    pub(crate) fn am_rx(&self, qpn: u32, buf: &mut Option<PoolBuf>, off: usize, len: usize) {
+        let hdr = buf.as_ref().map_or(0, |b| b[off]);
         if hdr & FC_PURE_GRANT != 0 {
-            if let Some(ep) = self.ep_by_qpn(wc.qp_num) {
+            if let Some(ep) = self.ep_by_qpn(qpn) {
                 ep.on_grant();
             }
         } else {
             if hdr & (FC_SOFT_REQ | FC_HARD_REQ) != 0 {
-                if let Some(ep) = self.ep_by_qpn(wc.qp_num) {
+                if let Some(ep) = self.ep_by_qpn(qpn) {
                     ep.owe_grant();
                 }
             }
-            let _ = self.base.am.invoke(hdr & AM_ID_MASK, AmRecv::from_desc(&mut buf, 1, len - 1));
+            let _ = self.base.am.invoke(hdr & AM_ID_MASK, AmRecv::from_desc(buf, off + 1, len - 1));
         }
-        // A kept descriptor left `buf` empty; the refill takes a fresh one.
-        self.rx.borrow_mut().slots[idx] = buf;
     }
 
     /// Posts receives for every slot that needs one, in batches; returns how many were posted.
@@ -161,6 +177,9 @@ impl IfaceInner {
 
     pub(crate) fn progress(&self) -> usize {
         let mut n = 0;
+        if let Some(tm) = &self.tm {
+            n += tm.progress(self);
+        }
         let stash: Vec<sys::ibv_wc> = std::mem::take(&mut *self.stash_tx.borrow_mut());
         for wc in &stash {
             handle_tx(self, wc);
@@ -211,7 +230,17 @@ pub struct RcIface {
 impl RcIface {
     /// Opens the interface on `port` of the memory domain's device.
     pub fn open(md: &IbMd, port: u8, worker: &Worker, params: &IfaceParams) -> UcsResult<RcIface> {
-        let cfg = RcConfig::read(None, &params.config)?;
+        let mut cfg = RcConfig::read(None, &params.config)?;
+        // Tag matching needs both unexpected-message handlers (as UCX's rc_mlx5).
+        let tm_on = cfg.tm_enable && params.tag_handlers.is_some();
+        if cfg.tm_enable && !tm_on {
+            tracing::debug!("rc_verbs: TM_ENABLE without tag handlers: tag matching stays off");
+        }
+        if tm_on {
+            // The receive segment bounds an eager tagged message.
+            cfg.ib.seg_size = cfg.tm_seg_size;
+        }
+        let am_off = tm_on as usize;
         let dev = md.dev.clone();
         let port = dev.port(port).ok_or(Status::NoDevice)?.clone();
         let gid = dev.select_gid(&port, cfg.ib.gid_index)?;
@@ -234,7 +263,7 @@ impl RcIface {
         let max_inline = (probe.cap.max_inline_data as usize).min(1024);
         let max_send_sge = probe.cap.max_send_sge as usize;
         drop(probe);
-        if max_inline < 1 + 8 {
+        if max_inline < am_off + 1 + 8 {
             tracing::error!("{}: inline sends of {max_inline} bytes cannot carry an active message", dev.name);
             return Err(Status::Unsupported);
         }
@@ -264,6 +293,12 @@ impl RcIface {
         if atomics {
             flags |= IfaceFlags::ATOMIC_DEVICE;
         }
+        if tm_on {
+            flags |= super::tm::FLAGS;
+            if max_inline >= crate::tm::wire::TMH_LEN {
+                flags |= IfaceFlags::TAG_EAGER_SHORT;
+            }
+        }
         let zcopy_max = 1usize << 30;
         let atomic64 = if atomics {
             AtomicCaps { op_flags: AtomicOps::ADD, fop_flags: AtomicOps::ADD | AtomicOps::CSWAP }
@@ -287,16 +322,16 @@ impl RcIface {
             put: OpCaps { max_short: max_inline, ..rma },
             get: rma,
             am: OpCaps {
-                max_short: max_inline - 1,
-                max_bcopy: cfg.ib.seg_size - 1,
+                max_short: max_inline - 1 - am_off,
+                max_bcopy: cfg.ib.seg_size - 1 - am_off,
                 min_zcopy: 0,
-                max_zcopy: cfg.ib.seg_size - 1,
+                max_zcopy: cfg.ib.seg_size - 1 - am_off,
                 opt_zcopy_align: 512,
                 align_mtu: mtu,
                 max_iov: max_send_sge.saturating_sub(1).max(1),
-                max_hdr: cfg.max_am_hdr.min(cfg.ib.seg_size - 1),
+                max_hdr: cfg.max_am_hdr.min(cfg.ib.seg_size - 1 - am_off),
             },
-            tag: Default::default(),
+            tag: if tm_on { super::tm::caps(&cfg, max_inline, max_send_sge) } else { Default::default() },
             atomic32: AtomicCaps::default(),
             atomic64,
             device_addr_len: super::DEV_ADDR_LEN,
@@ -338,6 +373,8 @@ impl RcIface {
             max_inline,
             max_send_sge,
             max_rd_atomic,
+            am_off,
+            tm: tm_on.then(|| RcTm::new(&cfg, params.tag_handlers.clone().expect("checked above"), &dev.name)),
             closing: Cell::new(false),
             cfg,
         });
@@ -352,6 +389,7 @@ impl RcIface {
         let i = &self.inner;
         DevAddr {
             eth: i.port.link_layer == LinkLayer::Ethernet,
+            tm: i.tm.is_some(),
             mtu_enum: i.port.mtu_enum as u8,
             lid: i.port.lid,
             gid: i.gid.gid,
@@ -382,7 +420,10 @@ impl Iface for RcIface {
 
     fn is_reachable(&self, dev_addr: &[u8], _iface_addr: Option<&[u8]>) -> bool {
         match DevAddr::unpack(dev_addr) {
-            Some(peer) => peer.eth == (self.inner.port.link_layer == LinkLayer::Ethernet),
+            // Tag matching changes the active messages' format: both sides alike.
+            Some(peer) => {
+                peer.eth == (self.inner.port.link_layer == LinkLayer::Ethernet) && peer.tm == self.inner.tm.is_some()
+            }
             None => false,
         }
     }
@@ -419,6 +460,23 @@ impl Iface for RcIface {
             a.set_count(busy);
         }
         Ok(Outcome::InProgress)
+    }
+
+    unsafe fn tag_recv_zcopy(
+        &self,
+        tag: Tag,
+        tag_mask: Tag,
+        iov: &[Iov<'_>],
+        ctx: Rc<TagRecvContext>,
+    ) -> UcsResult<()> {
+        let Some(tm) = &self.inner.tm else { return Err(Status::Unsupported) };
+        // SAFETY: forwarded from the caller.
+        unsafe { tm.recv_post(tag, tag_mask, iov, ctx) }
+    }
+
+    fn tag_recv_cancel(&self, ctx: &Rc<TagRecvContext>, force: bool) -> UcsResult<()> {
+        let Some(tm) = &self.inner.tm else { return Err(Status::Unsupported) };
+        tm.recv_cancel(ctx, force)
     }
 
     fn event_fd(&self) -> UcsResult<RawFd> {

@@ -10,11 +10,17 @@
 //!
 //! Wire format of an active message: one header byte, the AM id in bits 0..5 and the
 //! flow-control bits above it (soft credit request, hard credit request, pure grant), then the
-//! payload (`am_short`: the 8-byte header, then the data).
+//! payload (`am_short`: the 8-byte header, then the data). With tag matching on
+//! (`UCX_RC_TM_ENABLE=y` and tag handlers given; emulated, see [`crate::tm`]) every active
+//! message starts with one more byte before that header, the TMH opcode `NO_TAG`, so that the
+//! tag-matching receive side passes it to software untouched (UCX's `rc_mlx5` does the same),
+//! and tagged messages start with a 16-byte TMH. The two formats do not mix: the device address
+//! carries a tag-matching flag, and interfaces reach only peers with the same setting.
 
 mod config;
 mod ep;
 mod iface;
+mod tm;
 
 pub use config::RcConfig;
 pub use ep::RcEp;
@@ -38,11 +44,14 @@ pub(crate) const DEV_ADDR_LEN: usize = 1 + 1 + 2 + 16;
 pub(crate) const EP_ADDR_LEN: usize = 4;
 
 const DEV_FLAG_ETH: u8 = 1 << 0;
+const DEV_FLAG_TM: u8 = 1 << 1;
 
 /// A peer's device address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DevAddr {
     pub eth: bool,
+    /// Tag matching on: active messages carry the `NO_TAG` prefix.
+    pub tm: bool,
     pub mtu_enum: u8,
     pub lid: u16,
     pub gid: [u8; 16],
@@ -51,7 +60,7 @@ pub(crate) struct DevAddr {
 impl DevAddr {
     pub fn pack(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(DEV_ADDR_LEN);
-        v.push(if self.eth { DEV_FLAG_ETH } else { 0 });
+        v.push(if self.eth { DEV_FLAG_ETH } else { 0 } | if self.tm { DEV_FLAG_TM } else { 0 });
         v.push(self.mtu_enum);
         v.extend_from_slice(&self.lid.to_le_bytes());
         v.extend_from_slice(&self.gid);
@@ -60,12 +69,18 @@ impl DevAddr {
 
     /// Parses bytes from a peer; `None` when malformed.
     pub fn unpack(b: &[u8]) -> Option<DevAddr> {
-        if b.len() != DEV_ADDR_LEN || b[0] & !DEV_FLAG_ETH != 0 || !(1..=5).contains(&b[1]) {
+        if b.len() != DEV_ADDR_LEN || b[0] & !(DEV_FLAG_ETH | DEV_FLAG_TM) != 0 || !(1..=5).contains(&b[1]) {
             return None;
         }
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[4..20]);
-        Some(DevAddr { eth: b[0] & DEV_FLAG_ETH != 0, mtu_enum: b[1], lid: u16::from_le_bytes([b[2], b[3]]), gid })
+        Some(DevAddr {
+            eth: b[0] & DEV_FLAG_ETH != 0,
+            tm: b[0] & DEV_FLAG_TM != 0,
+            mtu_enum: b[1],
+            lid: u16::from_le_bytes([b[2], b[3]]),
+            gid,
+        })
     }
 }
 
@@ -81,8 +96,10 @@ mod tests {
 
     #[test]
     fn addresses_round_trip_and_reject_garbage() {
-        let a = DevAddr { eth: true, mtu_enum: 3, lid: 0, gid: [7; 16] };
+        let a = DevAddr { eth: true, tm: false, mtu_enum: 3, lid: 0, gid: [7; 16] };
         assert_eq!(DevAddr::unpack(&a.pack()), Some(a));
+        let t = DevAddr { tm: true, ..a };
+        assert_eq!(DevAddr::unpack(&t.pack()), Some(t));
         assert_eq!(DevAddr::unpack(&a.pack()[..DEV_ADDR_LEN - 1]), None);
         let mut bad = a.pack();
         bad[1] = 9;

@@ -4,9 +4,10 @@
 //! eager data in the posted buffer, completes a matched rendezvous with its own RDMA read and a
 //! FIN, and passes everything else to software through the shared receive queue.
 //!
-//! Work in progress (see `docs/notes/tm-offload-brief.md`): so far the wire headers
-//! ([`wire`]) and the receive side of the device model ([`device`], eager messages). No
-//! transport offers tag matching yet.
+//! Here: the wire headers ([`wire`]) and the device model ([`device`]), which `rc_verbs` drives
+//! when tag matching is on (`UCX_RC_TM_ENABLE=y`; the driver is the `rc` module's `tm`). Devices
+//! without tag matching (Soft-RoCE) thereby offer it **emulated**: the matching runs in the
+//! receiver's progress, not in an adapter (`docs/uct-ib/tag-matching.md`).
 
 pub mod device;
 pub mod wire;

@@ -502,7 +502,7 @@ impl UdVerbsIface {
         let (rx_pool, rx_chunks) = reg_pool(&md.pd, rx_buf_len, 1024, cfg.ib.rx_queue_len as usize * 2, "ud_verbs_rx")?;
 
         let eth = port.link_layer == LinkLayer::Ethernet;
-        let dev_addr = DevAddr { eth, mtu_enum: port.mtu_enum as u8, lid: port.lid, gid: gid.gid };
+        let dev_addr = DevAddr { eth, tm: false, mtu_enum: port.mtu_enum as u8, lid: port.lid, gid: gid.gid };
         let local =
             PeerAddr { dev_addr: wire::DevAddr::new(&dev_addr.pack()).map_err(Status::from)?, qp_num: qp.qp_num() };
         let core = UdIface::new(local, cfg.rel.clone())?;

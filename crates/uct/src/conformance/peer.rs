@@ -404,6 +404,7 @@ impl RemotePeer {
         cmd: &AgentCommand,
         resource: &str,
         config: &[(String, String)],
+        tag_handlers: bool,
         timeout: Duration,
     ) -> UcsResult<RemotePeer> {
         let mut c = Command::new(&cmd.program);
@@ -437,7 +438,8 @@ impl RemotePeer {
         };
         let cfg: Vec<String> =
             config.iter().map(|(k, v)| format!("{}={}", hex(k.as_bytes()), hex(v.as_bytes()))).collect();
-        let a = peer.call(&format!("OPEN {} {}", hex(resource.as_bytes()), cfg.join(" ")))?;
+        let tag = if tag_handlers { " TAG" } else { "" };
+        let a = peer.call(&format!("OPEN {}{tag} {}", hex(resource.as_bytes()), cfg.join(" ")))?;
         peer.dev = peer.bytes(&a, 0);
         peer.iface = peer.bytes(&a, 1);
         Ok(peer)
@@ -710,14 +712,19 @@ fn serve_one(worker: &Worker, peer: &mut Option<LocalPeer>, line: &str) -> Resul
     let string = |s: &str| -> Result<String, String> { String::from_utf8(unhex(s)?).map_err(|e| e.to_string()) };
     if f.first() == Some(&"OPEN") {
         let resource = string(arg(1)?)?;
+        // `TAG`: with tag-offload handlers.
+        let tag = f.get(2) == Some(&"TAG");
         let mut config = Vec::new();
-        for kv in &f[2..] {
+        for kv in &f[2 + tag as usize..] {
             let (k, v) = kv.split_once('=').ok_or("config entry without =")?;
             config.push((string(k)?, string(v)?));
         }
         let (md, tl) = find_resource(&resource)?;
         let mut params = IfaceParams::new(&tl.tl_name, &tl.dev_name);
         params.config = config;
+        if tag {
+            params.tag_handlers = Some(super::setup::kit_tag_handlers());
+        }
         let iface: Rc<dyn Iface> = md.iface_open(worker, &params)?.into();
         iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let out = vec![hex(&iface.device_address()), hex(&iface.iface_address())];

@@ -24,6 +24,10 @@ pub struct Options {
     /// Run the receiving side in another process started with this command (see
     /// [`serve_agent`](super::serve_agent)); `None` keeps it in this process.
     pub agent: Option<AgentCommand>,
+    /// Open every interface with tag-offload handlers ([`IfaceParams::tag_handlers`]), for
+    /// transports whose active messages change with tag matching on. The checks send no
+    /// tagged message: one arriving makes the handler panic.
+    pub tag_handlers: bool,
 }
 
 impl Options {
@@ -35,6 +39,7 @@ impl Options {
             scarce_config: Vec::new(),
             timeout: Duration::from_secs(20),
             agent: None,
+            tag_handlers: false,
         }
     }
 
@@ -47,6 +52,12 @@ impl Options {
     /// Runs the receiving side in another process, started with `cmd`.
     pub fn across_processes(mut self, cmd: AgentCommand) -> Self {
         self.agent = Some(cmd);
+        self
+    }
+
+    /// Opens every interface with tag-offload handlers (see [`Options::tag_handlers`]).
+    pub fn with_tag_handlers(mut self) -> Self {
+        self.tag_handlers = true;
         self
     }
 
@@ -88,6 +99,9 @@ impl Pair {
         let failures: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
         let f2 = failures.clone();
         params.err_handler = Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st))));
+        if opts.tag_handlers {
+            params.tag_handlers = Some(kit_tag_handlers());
+        }
         let open = |params: &IfaceParams| -> UcsResult<Rc<dyn Iface>> {
             let i: Rc<dyn Iface> = md.iface_open(&worker, params)?.into();
             i.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
@@ -95,7 +109,7 @@ impl Pair {
         };
         let (rx, sender): (Rc<dyn Peer>, Rc<dyn Iface>) = match &opts.agent {
             Some(cmd) => {
-                let remote = RemotePeer::spawn(cmd, &opts.resource, &params.config, opts.timeout)?;
+                let remote = RemotePeer::spawn(cmd, &opts.resource, &params.config, opts.tag_handlers, opts.timeout)?;
                 let sender = open(&params)?;
                 if sender.attr().flags.contains(IfaceFlags::CONNECT_TO_IFACE)
                     && !sender.is_reachable(&remote.device_address(), Some(&remote.iface_address()))
@@ -318,4 +332,12 @@ pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Tag-offload handlers for the kit's interfaces: the checks send no tagged messages.
+pub(crate) fn kit_tag_handlers() -> crate::TagHandlers {
+    crate::TagHandlers {
+        eager: Rc::new(|m| panic!("the kit sends no tagged messages, but an eager one arrived (tag {:#x})", m.stag)),
+        rndv: Rc::new(|m| panic!("the kit sends no tagged messages, but a rendezvous arrived (tag {:#x})", m.stag)),
+    }
 }
