@@ -194,6 +194,7 @@ fn capabilities_reachability_and_active_messages() {
     assert_eq!(attr.tag.recv_max_outstanding, 1024);
     assert_eq!(attr.tag.eager.max_bcopy, (48 << 10) - 16, "TM_SEG_SIZE less the TMH");
     assert_eq!(attr.tag.rndv.max_hdr, 32);
+    assert!(attr.tag.emulated, "labelled emulated");
     // One byte of prefix (the bcopy segment is TM_SEG_SIZE with tag matching on).
     assert_eq!(attr.am.max_bcopy, (48 << 10) - 2);
     assert_eq!(attr.am.max_short + 1, plain.iface.attr().am.max_short);
@@ -498,4 +499,35 @@ fn cancel_limits_and_the_unexpected_count() {
     eager_bcopy(&worker, &*ab, 0x42, 0, b"now");
     wait(&worker, "the fresh receive", || fresh_log.borrow().len() == 2);
     assert_eq!(late.borrow().bytes(3), b"now");
+}
+
+#[test]
+fn dead_receiver_fails_the_offloaded_rendezvous() {
+    let Some((md, port)) = device() else { return };
+    let worker = Worker::default();
+    let fast = [("TIMEOUT", "20ms"), ("RETRY_COUNT", "3")];
+    let a = open(&md, port, &worker, true, &fast);
+    let b = open(&md, port, &worker, true, &fast);
+    let (ab, ba) = connect(&a.iface, &b.iface);
+    let mut sbuf = buf(&md, 4096, 1);
+    let status: Rc<RefCell<Option<Status>>> = Rc::default();
+    let s2 = status.clone();
+    let comp = Completion::new(1, move |st| *s2.borrow_mut() = Some(st));
+    let siov = sbuf.iov(4096);
+    // SAFETY: `sbuf` lives to the end of the test.
+    let op = unsafe { ab.tag_rndv_zcopy(0x1, b"", &siov, SendFlags::empty(), Some(&comp)) };
+    assert!(matches!(op, Ok(Outcome::Done(_))), "{op:?}");
+    wait(&worker, "the request at the receiver", || b.unexp.borrow().len() == 1);
+    // The receiver goes away without answering: no FIN will come.
+    drop(ba);
+    drop(b);
+    settle(&worker);
+    assert_eq!(*status.borrow(), None, "completed without a FIN");
+    // The sender finds out when it next reaches for the peer; the rendezvous then fails.
+    let checked = Completion::new(1, |_| {});
+    let _ = ab.check(Some(&checked));
+    wait(&worker, "the rendezvous to fail", || status.borrow().is_some());
+    let st = status.borrow().unwrap();
+    assert_ne!(st, Status::Ok, "a rendezvous to a dead peer completed successfully");
+    eprintln!("the offloaded rendezvous failed with {st:?}");
 }

@@ -208,6 +208,10 @@ pub struct TagCaps {
     pub eager: OpCaps,
     /// Rendezvous limits (`max_zcopy`, `max_hdr`, `max_iov`).
     pub rndv: OpCaps,
+    /// The matching is done by a software model of the adapter (in the receiver's progress),
+    /// not by the adapter: semantics as offload, performance not (an extension of UCX's
+    /// attributes, shown by `ucx_info -d`).
+    pub emulated: bool,
 }
 
 /// `f(x) = c + m * x` (UCX `ucs_linear_func_t`), e.g. latency in seconds as a function of the

@@ -89,6 +89,7 @@ pub(crate) fn caps(cfg: &RcConfig, max_inline: usize, max_send_sge: usize) -> Ta
             max_iov: 1,
             max_hdr: MAX_RNDV_HDR - TMH_LEN - RVH_LEN,
         },
+        emulated: true,
     }
 }
 

@@ -7,8 +7,9 @@
 //! ```
 
 use std::process::ExitCode;
+use std::rc::Rc;
 
-use uct::{IfaceParams, Worker};
+use uct::{IfaceFlags, IfaceParams, TagHandlers, Worker};
 
 fn usage() -> ExitCode {
     eprintln!("usage: ucx_info [-d] [-c] [-f]\n  -d  show transports and devices\n  -c  show configuration\n  -f  with -c, show documentation of each option");
@@ -49,7 +50,13 @@ fn main() -> ExitCode {
     // Opening each interface reads its configuration table, so -c can print it.
     for r in &resources {
         let name = r.tl.full_name();
-        match uct::iface_open_by_name(&worker, &name, IfaceParams::default()) {
+        // With tag handlers, so that tag offload shows where it is configured on
+        // (`UCX_RC_TM_ENABLE=y`); no tagged message reaches them.
+        let params = IfaceParams {
+            tag_handlers: Some(TagHandlers { eager: Rc::new(|_| {}), rndv: Rc::new(|_| {}) }),
+            ..IfaceParams::default()
+        };
+        match uct::iface_open_by_name(&worker, &name, params) {
             Ok((_, iface)) if devices => {
                 let a = iface.attr();
                 println!("#   Transport: {}", r.tl.tl_name);
@@ -64,6 +71,25 @@ fn main() -> ExitCode {
                 println!("#     latency: {:.0} nsec", a.latency.c * 1e9);
                 println!("#    am_short: <= {}   am_bcopy: <= {}", a.am.max_short, a.am.max_bcopy);
                 println!("#       flags: {:?}", a.flags);
+                if a.flags.intersects(
+                    IfaceFlags::TAG_EAGER_SHORT
+                        | IfaceFlags::TAG_EAGER_BCOPY
+                        | IfaceFlags::TAG_EAGER_ZCOPY
+                        | IfaceFlags::TAG_RNDV_ZCOPY,
+                ) {
+                    let t = &a.tag;
+                    println!(
+                        "# tag offload: {}eager_short <= {}   eager_bcopy <= {}   eager_zcopy <= {}",
+                        if t.emulated { "EMULATED (software model of the adapter's matching)   " } else { "" },
+                        t.eager.max_short,
+                        t.eager.max_bcopy,
+                        t.eager.max_zcopy
+                    );
+                    println!(
+                        "#              rndv_zcopy <= {}   rndv_hdr <= {}   recv_zcopy <= {}   tag_max_outstanding: {}",
+                        t.rndv.max_zcopy, t.rndv.max_hdr, t.recv_max_zcopy, t.recv_max_outstanding
+                    );
+                }
                 println!("#");
             }
             Ok(_) => {}
