@@ -260,6 +260,8 @@ fn unexpected_eager_with_immediate_values() {
     assert_eq!(u[3], e(0x44, 7, b"low imm"));
     assert_eq!(u[4], e(0x55, 9 << 32, b"high imm"));
     assert_eq!(u[5], e(0x66, 0, &full));
+    let st = b.iface.tm_stats().unwrap();
+    assert_eq!((st.rx_unexp_eager, st.rx_exp, st.tx_add_op), (6, 0, 0));
     // Beyond the limits: refused at the sender.
     assert_eq!(ab.tag_eager_short(1, &vec![0; a.iface.attr().tag.eager.max_short + 1]), Err(Status::InvalidParam));
 }
@@ -329,6 +331,8 @@ fn expected_eager_placed_in_the_posted_buffer() {
     wait(&worker, "both", || l1.borrow().len() == 2 && l2.borrow().len() == 2);
     assert_eq!(r1.bytes(5), b"first");
     assert_eq!(r2.bytes(6), b"second");
+    let st = b.iface.tm_stats().unwrap();
+    assert_eq!((st.rx_exp, st.tx_add_op, st.rx_unexp_eager), (5, 5, 0));
 }
 
 #[test]
@@ -401,6 +405,9 @@ fn rendezvous_read_by_the_receiver_then_fin() {
         b.unexp.borrow()[1],
         Unexp::Rndv { stag: 0x7, header: b"sw-rts2".to_vec(), remote_addr: 0, length: 0, rkey: vec![] }
     );
+    let (sa, sb) = (a.iface.tm_stats().unwrap(), b.iface.tm_stats().unwrap());
+    assert_eq!(sa.rx_rndv_fin, 1);
+    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (3, 1, 1, 1));
 }
 
 #[test]
@@ -499,6 +506,11 @@ fn cancel_limits_and_the_unexpected_count() {
     eager_bcopy(&worker, &*ab, 0x42, 0, b"now");
     wait(&worker, "the fresh receive", || fresh_log.borrow().len() == 2);
     assert_eq!(late.borrow().bytes(3), b"now");
+    // Receives 0..6 posted (one refused for the same context, one for the full list, after
+    // their ADD was taken back: not counted), the stale one and the fresh one; DELs: two
+    // cancels, three forced at the end of the limits, the stale one.
+    let st = b.iface.tm_stats().unwrap();
+    assert_eq!((st.tx_add_op, st.tx_del_op), (8, 6));
 }
 
 #[test]

@@ -18,7 +18,7 @@ use uct::{
 
 use super::config::RcConfig;
 use super::ep::{EpShared, RcEp};
-use super::tm::RcTm;
+use super::tm::{RcTm, TmStats};
 use super::{DevAddr, AM_ID_MASK, FC_HARD_REQ, FC_PURE_GRANT, FC_SOFT_REQ};
 use crate::device::{GidChoice, IbDevice, LinkLayer, Port};
 use crate::md::IbMd;
@@ -383,6 +383,11 @@ impl RcIface {
             tracing::warn!("rc_verbs: posted {posted} of {rx_len} receives");
         }
         Ok(RcIface { inner })
+    }
+
+    /// The tag-matching counters (UCX's `rc_mlx5` names); `None` with tag matching off.
+    pub fn tm_stats(&self) -> Option<TmStats> {
+        self.inner.tm.as_ref().map(|t| t.stats.get())
     }
 
     fn dev_addr(&self) -> DevAddr {

@@ -25,6 +25,7 @@ mod tm;
 pub use config::RcConfig;
 pub use ep::RcEp;
 pub use iface::RcIface;
+pub use tm::TmStats;
 
 /// Transport name.
 pub const NAME: &str = "rc_verbs";

@@ -173,8 +173,33 @@ enum Work {
     Fin { qpn: u32, msg: [u8; TMH_LEN + RVH_LEN] },
 }
 
+/// Counters of an interface's tag matching, with the names of UCX's `rc_mlx5` statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TmStats {
+    /// Messages that matched a posted receive (eager and rendezvous requests).
+    pub rx_exp: u64,
+    /// Unexpected eager messages.
+    pub rx_unexp_eager: u64,
+    /// Unexpected offloaded rendezvous requests.
+    pub rx_unexp_rndv: u64,
+    /// Software rendezvous requests that matched a posted receive.
+    pub rx_exp_rndv_req: u64,
+    /// Unexpected software rendezvous requests.
+    pub rx_unexp_rndv_req: u64,
+    /// FINs that completed an offloaded rendezvous send.
+    pub rx_rndv_fin: u64,
+    /// Receives posted (ADD operations).
+    pub tx_add_op: u64,
+    /// Receives removed (DEL operations).
+    pub tx_del_op: u64,
+    /// Unexpected counts reported on their own (SYNC operations).
+    pub tx_sync_op: u64,
+}
+
 /// An interface's tag matching.
 pub(crate) struct RcTm {
+    /// Counters.
+    pub stats: Cell<TmStats>,
     dev: RefCell<TmDevice>,
     handlers: TagHandlers,
     /// Unexpected tagged messages software has handled (16 bits, wrapping, as the device's).
@@ -195,6 +220,7 @@ impl RcTm {
              {n} tags); performance is not that of hardware offload"
         );
         RcTm {
+            stats: Cell::default(),
             dev: RefCell::new(TmDevice::new(TmCaps { max_num_tags: n, max_ops: 2 * n + 2 })),
             handlers,
             sw_unexp: Cell::new(0),
@@ -204,6 +230,12 @@ impl RcTm {
             sends_gen: Cell::new(0),
             work: RefCell::default(),
         }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut TmStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
     }
 
     /// Runs every list operation posted (the adapter runs them as they come).
@@ -286,6 +318,7 @@ impl RcTm {
                 if let Some(r) = self.recvs.borrow_mut().get(id) {
                     r.handle = h[0].expect("an ADD has a handle");
                 }
+                self.count(|s| s.tx_add_op += 1);
                 self.run_ops();
                 Ok(())
             }
@@ -333,6 +366,7 @@ impl RcTm {
                 PostError::BadHandle(_) => Err(Status::Busy),
             };
         }
+        self.count(|s| s.tx_del_op += 1);
         self.run_ops();
         if force {
             // The DEL ran: the receive left the list (it had not matched: checked above).
@@ -438,6 +472,7 @@ impl RcTm {
             rv.ctx.clone()
         };
         if c.matched {
+            self.count(|s| s.rx_exp += 1);
             (ctx.tag_consumed)();
         }
         if !c.data_valid {
@@ -449,7 +484,10 @@ impl RcTm {
         // its first `n <= rv.len` bytes were written (placed or read) before it.
         let placed = || unsafe { std::slice::from_raw_parts(rv.buf as *const u8, n) };
         match c.status {
-            CqeStatus::Success if rv.sw_rndv => (rv.ctx.rndv)(rv.tag, placed(), Status::Ok),
+            CqeStatus::Success if rv.sw_rndv => {
+                self.count(|s| s.rx_exp_rndv_req += 1);
+                (rv.ctx.rndv)(rv.tag, placed(), Status::Ok)
+            }
             CqeStatus::Success => (rv.ctx.completed)(rv.tag, rv.imm, n, Status::Ok),
             CqeStatus::LocLenErr => (rv.ctx.completed)(rv.tag, rv.imm, n, Status::MessageTruncated),
             CqeStatus::RndvIncomplete => {
@@ -495,6 +533,7 @@ impl RcTm {
             Ok(TmMsg::Eager(tmh, payload)) => {
                 let imm = if with_imm { (tmh.app_ctx as u64) << 32 | imm_lo as u64 } else { 0 };
                 if with_imm && imm == 0 {
+                    self.count(|s| s.rx_unexp_rndv_req += 1);
                     // A software rendezvous request (`tag_rndv_request`): the header only.
                     (self.handlers.rndv)(TagUnexpRndv {
                         stag: tmh.tag,
@@ -504,6 +543,7 @@ impl RcTm {
                         rkey_buf: &[],
                     });
                 } else {
+                    self.count(|s| s.rx_unexp_eager += 1);
                     let n = payload.len();
                     (self.handlers.eager)(TagUnexpEager {
                         stag: tmh.tag,
@@ -513,6 +553,7 @@ impl RcTm {
                 }
             }
             Ok(TmMsg::Rndv(tmh, rvh, header)) => {
+                self.count(|s| s.rx_unexp_rndv += 1);
                 let rkey = pack_rkey(rvh.rkey, rvh.va, rvh.len as u64);
                 (self.handlers.rndv)(TagUnexpRndv {
                     stag: tmh.tag,
@@ -529,6 +570,7 @@ impl RcTm {
         if n % SYNC_EVERY == 0 {
             let op = ListOp::Sync { wr_id: 0, signaled: false, unexpected_cnt: Some(n) };
             if self.dev.borrow_mut().post(&[op]).is_ok() {
+                self.count(|s| s.tx_sync_op += 1);
                 self.run_ops();
             } else {
                 tracing::debug!("rc_verbs: tag list operations full; the count goes with the next one");
@@ -549,6 +591,7 @@ impl RcTm {
         };
         match done {
             Some(r) => {
+                self.count(|s| s.rx_rndv_fin += 1);
                 self.sends_free.borrow_mut().push(i);
                 if let Some(c) = r.comp {
                     c.complete(Status::Ok);
