@@ -59,6 +59,43 @@ fn run(tls: &str, expect: &[&str], flood_per: usize) {
     }
 }
 
+/// Every scenario and configuration with rc's tag matching on (emulated; `UCX_RC_TM_ENABLE=y`):
+/// tagged sends go through the tag lane (eager messages, synchronous ones acknowledged by tag,
+/// rendezvous requests), and arrive through the transport's unexpected handlers.
+#[test]
+fn over_rc_with_tag_matching() {
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    let tls = "rc_v,ud_v";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, cfg) in CONFIGS {
+        let mut all: Vec<(&str, &str)> = vec![("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
+        all.extend_from_slice(cfg);
+        let w: &'static Worker =
+            Box::leak(Box::new(Worker::new(&context(tls, &all), &WorkerParams::new("receiver")).unwrap()));
+        let mut s = RemoteSender::spawn(w, tls, &all);
+        let lanes = s.lanes(w);
+        eprintln!("{tls} with tag matching, {name}: peer's lanes: {lanes}");
+        assert!(lanes.starts_with("connected "), "{lanes}");
+        for e in ["am=rc_verbs", "tag=rc_verbs"] {
+            assert!(lanes.split(' ').any(|l| l == e), "expected lane {e}, got {lanes}");
+        }
+        all_scenarios(w, &mut s, &format!("{tls} with tag matching, {name}"));
+        let mut s2 = RemoteSender::spawn(w, tls, &all);
+        flood(w, &mut [&mut s, &mut s2], 50);
+        let c = w.proto_counts();
+        let sent = s.counts(w);
+        eprintln!("{tls} with tag matching, {name}: {c:?}; first peer sent: {sent}");
+        assert!(c.offload_rx_eager > 0, "nothing came through tag matching: {c:?}");
+        assert!(!sent.contains("offload_eager: 0,"), "the peer sent nothing through its tag lane: {sent}");
+        assert!(sent.contains("eager_multi: 0,"), "no fragments through tag matching: {sent}");
+        if name.starts_with("rndv") {
+            assert!(c.offload_rx_sw_rndv > 0, "no rendezvous request through tag matching: {c:?}");
+        }
+    }
+}
+
 #[test]
 fn over_rc_wired_up_through_ud() {
     run("rc_v,ud_v", &["am=rc_verbs", "wireup=ud_verbs", "rndv=rc_verbs"], 100);

@@ -45,6 +45,6 @@ fn lanes_between_two_workers() {
     // The same selection, sans IO, from the two addresses.
     let a1 = w1.address_record();
     let a2 = WorkerAddress::unpack(w2.address()).unwrap();
-    let lanes = select(a1, &a2, LaneLimits { max_rndv_lanes: 1, atomics: false }, &|_, _| true);
+    let lanes = select(a1, &a2, LaneLimits { max_rndv_lanes: 1, atomics: false, tag: false }, &|_, _| true);
     assert_eq!(a1.ifaces[lanes.am.unwrap().local].tl_name, am.transport);
 }

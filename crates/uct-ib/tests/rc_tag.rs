@@ -405,9 +405,14 @@ fn rendezvous_read_by_the_receiver_then_fin() {
         b.unexp.borrow()[1],
         Unexp::Rndv { stag: 0x7, header: b"sw-rts2".to_vec(), remote_addr: 0, length: 0, rkey: vec![] }
     );
+    // A request header larger than an inline send (UCP's RTS with a key): from a buffer.
+    let big = pattern(2000, 4);
+    wait(&worker, "large rndv request", || ab.tag_rndv_request(0x8, &big, SendFlags::empty()) == Ok(Outcome::Done(())));
+    wait(&worker, "large request", || b.unexp.borrow().len() == 3);
+    assert_eq!(b.unexp.borrow()[2], Unexp::Rndv { stag: 0x8, header: big, remote_addr: 0, length: 0, rkey: vec![] });
     let (sa, sb) = (a.iface.tm_stats().unwrap(), b.iface.tm_stats().unwrap());
     assert_eq!(sa.rx_rndv_fin, 1);
-    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (3, 1, 1, 1));
+    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (3, 1, 1, 2));
 }
 
 #[test]

@@ -9,8 +9,8 @@ use ucs::Status;
 use super::lanes::EpLanes;
 use super::Core;
 use crate::dt::UserBuf;
-use crate::engine::{Mem, Tx, TxOp, TxResult, TxStatus, ZcDone};
-use crate::wire::{self, len, Ctrl, Header};
+use crate::engine::{Lane, Mem, Tx, TxOp, TxResult, TxStatus, ZcDone};
+use crate::wire::{self, len, Ctrl, DataHdr, Header};
 
 /// Free completions the worker keeps for reuse at most.
 const ZC_COMPS_KEPT: usize = 256;
@@ -90,11 +90,39 @@ fn pack_rts(dst: &mut [u8], hdr: &wire::RtsHdr, user: Option<&wire::UserHdr>, id
     }
 }
 
+/// Copies `n` bytes of `data` from `offset` into a transport buffer, alone (a tagged message's
+/// payload: the transport carries the tag); the length, or 0 (logged) when they do not fit.
+fn pack_payload(dst: &mut [u8], data: &UserBuf, offset: usize, n: usize) -> usize {
+    match dst.get_mut(..n).map(|d| data.copy_out(offset, d)) {
+        Some(Ok(())) => n,
+        _ => {
+            tracing::error!("ucp: a tagged message does not fit its transport buffer");
+            0
+        }
+    }
+}
+
+/// Sends a whole tagged message (`hdr`: eager or eager sync, which names this side's endpoint
+/// at the receiver, `rep`, as the immediate value) through the tag lane `ep`.
+pub(super) fn tag_eager(ep: &dyn uct::Ep, hdr: &DataHdr, data: &UserBuf, offset: usize, n: usize) -> ucs::OpResult {
+    let (tag, imm) = match hdr {
+        DataHdr::Eager(h) => (h.tag, 0),
+        // (Never 0: endpoint ids carry a generation from 1 on.)
+        DataHdr::EagerSync(h) if h.ep != 0 => (h.tag, h.ep),
+        _ => return Err(Status::InvalidParam),
+    };
+    ep.tag_eager_bcopy(tag, imm, &mut |dst| pack_payload(dst, data, offset, n), uct::SendFlags::empty())
+        .map(|o| o.map(|_| ()))
+}
+
 impl Core {
     /// Makes transmission `tx` on its endpoint's lanes.
     pub(crate) fn exec(&self, tx: &Tx<Rc<EpLanes>>) -> TxResult {
         let lanes = &*tx.io;
         let ep = lanes.uct(tx.lane);
+        if tx.lane == Lane::Tag {
+            return self.exec_tag(lanes, ep, &tx.op);
+        }
         match &tx.op {
             TxOp::Short { id, hdr, data } => {
                 TxResult::from_uct(ep.am_short(*id, *hdr, data.contig_bytes().unwrap_or(&[])))
@@ -165,6 +193,35 @@ impl Core {
                 crate::engine::Lane::Uct(l) => self.exec_flush(lanes, l, *token),
                 _ => TxResult::of(TxStatus::Done),
             },
+        }
+    }
+
+    /// Makes a tagged send's transmission on the tag lane `ep`: the whole message, or the RTS
+    /// as a software rendezvous request.
+    #[inline(never)]
+    fn exec_tag(&self, lanes: &EpLanes, ep: &dyn uct::Ep, op: &TxOp) -> TxResult {
+        match op {
+            TxOp::Short { hdr, data, .. } => {
+                TxResult::from_uct(ep.tag_eager_short(*hdr, data.contig_bytes().unwrap_or(&[])))
+            }
+            TxOp::Bcopy { hdr, data, offset, len } => TxResult::from_uct(tag_eager(ep, hdr, data, *offset, *len)),
+            TxOp::Rts { hdr, offer, mem, user: None } => {
+                let mut hdr = *hdr;
+                let memh = mem.as_ref().and_then(|m| self.expose(lanes, m, offer.key.then_some(&mut hdr.rkey)));
+                let mut b = [0u8; 512];
+                let n = pack_header(&mut b, &|d| hdr.encode(d), wire::AM_RNDV_RTS);
+                if n == 0 {
+                    return TxResult::of(TxStatus::Failed(Status::InvalidParam));
+                }
+                let mut r = TxResult::from_uct(ep.tag_rndv_request(hdr.tag, &b[..n], uct::SendFlags::empty()));
+                r.keyed = !hdr.rkey.is_empty();
+                r.memh = memh;
+                r
+            }
+            _ => {
+                tracing::error!("ucp: an operation other than a tagged send on the tag lane");
+                TxResult::of(TxStatus::Failed(Status::InvalidParam))
+            }
         }
     }
 

@@ -85,6 +85,11 @@ pub(crate) fn open_all(ctx: &Context, uct: &uct::Worker, weak: &Weak<Core>) -> U
             let mut params = IfaceParams::new(&r.desc.tl.tl_name, &r.desc.tl.dev_name);
             params.err_handler = Some(err);
             params.config = r.config.clone();
+            if ctx.features().contains(crate::context::Features::TAG) {
+                // (A transport with tag matching turns it on only when asked to, and only
+                // with these.)
+                params.tag_handlers = Some(tag_handlers(ifaces.len(), weak));
+            }
             let iface: Rc<dyn Iface> = md.iface_open(uct, &params)?.into();
             Ok((md, iface))
         });
@@ -104,6 +109,26 @@ pub(crate) fn open_all(ctx: &Context, uct: &uct::Worker, weak: &Weak<Core>) -> U
         return Err(Status::NoDevice);
     }
     Ok(ifaces)
+}
+
+/// The handlers of tagged messages that came through interface number `index`'s tag matching
+/// without meeting a receive posted there: into the tag family, as the active messages'.
+fn tag_handlers(index: usize, weak: &Weak<Core>) -> uct::TagHandlers {
+    let (w1, w2) = (weak.clone(), weak.clone());
+    uct::TagHandlers {
+        eager: Rc::new(move |u: uct::TagUnexpEager<'_>| {
+            with_core(&w1, |core| {
+                core.activate(index);
+                core.on_offload_eager(u);
+            })
+        }),
+        rndv: Rc::new(move |u: uct::TagUnexpRndv<'_>| {
+            with_core(&w2, |core| {
+                core.activate(index);
+                core.on_offload_rndv(&u);
+            })
+        }),
+    }
 }
 
 /// Sets UCP's active-message handlers on interface number `index`.

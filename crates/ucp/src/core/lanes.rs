@@ -75,6 +75,9 @@ pub(crate) struct EpLanes {
     pub rma: Vec<u8>,
     /// The atomic lane (with the AMO features).
     pub amo: Option<u8>,
+    /// The tag lane: tagged sends through the transport's tag matching (with the TAG feature,
+    /// where both sides have it on).
+    pub tag: Option<u8>,
     /// The endpoint's [`LaneWake`], made the first time it parks.
     wake: OnceCell<uct::PendingHandle>,
     /// The lane whose pending queue holds the wake.
@@ -95,6 +98,7 @@ impl EpLanes {
             Lane::Am => self.am_idx,
             Lane::Wireup => self.wireup_idx,
             Lane::Rndv => self.rndv.map_or(self.am_idx, |r| r.uct),
+            Lane::Tag => self.tag.map_or(self.am_idx, |t| t as usize),
             Lane::Uct(i) => i as usize,
         };
         &*self.uct_eps[i].ep
@@ -106,6 +110,7 @@ impl EpLanes {
         let i = match lane {
             Lane::Am => self.am_idx,
             Lane::Rndv => self.rndv.map_or(self.am_idx, |r| r.uct),
+            Lane::Tag => self.tag.map_or(self.am_idx, |t| t as usize),
             Lane::Uct(i) if (i as usize) < self.uct_eps.len() => i as usize,
             Lane::Wireup | Lane::Uct(_) => return false,
         };
@@ -165,6 +170,7 @@ impl Core {
         let limits = LaneLimits {
             max_rndv_lanes: cfg.max_rndv_lanes.max(1),
             atomics: self.ctx.features().intersects(crate::context::Features::AMO32 | crate::context::Features::AMO64),
+            tag: self.ctx.features().contains(crate::context::Features::TAG),
         };
         let reachable = |l: &IfaceRecord, r: &IfaceRecord| {
             let Some(i) = self.address.ifaces.iter().position(|x| std::ptr::eq(x, l)) else { return false };
@@ -215,7 +221,7 @@ impl Core {
         let rma_feature = self.ctx.features().intersects(
             crate::context::Features::RMA | crate::context::Features::AMO32 | crate::context::Features::AMO64,
         );
-        type Indices = (usize, usize, Option<(RndvLane, RndvCaps)>, Vec<u8>, Option<u8>);
+        type Indices = (usize, usize, Option<(RndvLane, RndvCaps)>, Vec<u8>, Option<u8>, Option<u8>);
         let built = (|| -> UcsResult<Indices> {
             let am_idx = ep_for(am)?;
             let wireup_idx = ep_for(wireup)?;
@@ -242,9 +248,13 @@ impl Core {
                     amo = Some(ep_for(p)? as u8);
                 }
             }
-            Ok((am_idx, wireup_idx, rndv, rma, amo))
+            let tag = match selection.tag {
+                Some(p) => Some(ep_for(p)? as u8),
+                None => None,
+            };
+            Ok((am_idx, wireup_idx, rndv, rma, amo, tag))
         })();
-        let (am_idx, wireup_idx, rndv, rma, amo) = built.inspect_err(|e| {
+        let (am_idx, wireup_idx, rndv, rma, amo, tag) = built.inspect_err(|e| {
             tracing::error!("ucp: cannot connect to '{}': {e}", remote.name);
         })?;
         for l in &uct_eps {
@@ -253,6 +263,7 @@ impl Core {
         let models = LaneModels {
             am: (am_attr, &self.address.ifaces[am.local]),
             rndv: rndv.map(|(_, caps)| (caps, &self.address.ifaces[selection.rndv[0].local])),
+            tag: selection.tag.map(|p| &self.ifaces[p.local].attr),
         };
         let mut ep_cfg = EpConfig::new(&models, cfg, self.ctx.features().contains(crate::context::Features::WAKEUP));
         ep_cfg.uct_lanes = uct_eps.len() as u8;
@@ -264,6 +275,7 @@ impl Core {
             rndv: rndv.map(|(l, _)| l),
             rma,
             amo,
+            tag,
             wake: OnceCell::new(),
             parked_on: Cell::new(None),
         };
@@ -359,6 +371,9 @@ impl Core {
         }
         for p in &sel.rndv {
             add("rndv", *p);
+        }
+        if let Some(p) = sel.tag {
+            add("tag", p);
         }
         Ok(EpInfo {
             remote_name: ep.remote.name.clone(),

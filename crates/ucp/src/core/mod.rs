@@ -458,6 +458,18 @@ impl Core {
         self.arrival(|e| e.tag.on_eager(&mut e.sh, m));
     }
 
+    /// An eager message came through a transport's tag matching without meeting a receive
+    /// posted there.
+    pub(crate) fn on_offload_eager(&self, u: uct::TagUnexpEager<'_>) {
+        self.arrival(|e| e.tag.on_offload_eager(&mut e.sh, u.stag, u.imm, u.msg));
+    }
+
+    /// A rendezvous request came through a transport's tag matching without meeting a
+    /// receive posted there.
+    pub(crate) fn on_offload_rndv(&self, u: &uct::TagUnexpRndv<'_>) {
+        self.with_engine(|e| e.tag.on_offload_rndv(&mut e.sh, u));
+    }
+
     /// Runs an arrival's engine work `f`, then, outside the engine, the plain callback of the
     /// first request it completed (returned by `f`, freed already) before the actions it queued
     /// (later completions).

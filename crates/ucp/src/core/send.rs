@@ -115,10 +115,12 @@ impl Core {
             let e = &mut *guard;
             let Some(ep) = e.sh.eps.get(ep_id) else { return no_endpoint(ep_id) };
             let proto = select(&ep.cfg, Op { kind, len: buf.len(), contig: buf.contig_seg().is_some() });
+            // (Sends through a tag lane take the queued path: see docs/ucp/tag-offload.md.)
             let direct_ok = matches!(proto, Proto::EagerShort | Proto::EagerBcopy)
                 && !sync
                 && ep.ready()
-                && !param.flags.contains(RequestFlags::NO_IMM_CMPL);
+                && !param.flags.contains(RequestFlags::NO_IMM_CMPL)
+                && crate::proto::eager::tag_lane(&ep.cfg, msg) == Lane::Am;
             if !direct_ok {
                 drop(guard);
                 return self.send_slow(ep_id, buf, msg, sync, param, proto);

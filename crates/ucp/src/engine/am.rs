@@ -33,6 +33,7 @@ impl<L: Clone> Engine<L> {
             Ok(Msg::EagerMiddle(h, payload)) => tag.on_eager_middle(sh, h, payload),
             Ok(Msg::Rts(h)) => tag.on_rts(sh, h),
             Ok(Msg::SyncAck(h)) => eager::on_sync_ack(sh, h),
+            Ok(Msg::OffloadSyncAck(h)) => eager::on_offload_sync_ack(sh, h),
             Ok(Msg::Ats(h)) => rndv::on_ats(sh, h),
             Ok(Msg::Rtr(h)) => rndv::on_rtr(sh, h),
             Ok(Msg::RndvData(h, payload)) => rndv::on_data(sh, h, payload),

@@ -103,6 +103,9 @@ pub(crate) struct EpState<L> {
     /// The first emulated operation of the peer this worker refused since the peer's last
     /// flush (reported in the flush reply).
     pub sw_error: Option<Status>,
+    /// Synchronous sends that went through the tag lane and wait for their acknowledgement,
+    /// oldest first: (tag, request). Such an acknowledgement names the tag, not the request.
+    pub offload_syncs: VecDeque<(u64, Id)>,
 }
 
 impl<L> EpState<L> {
@@ -130,6 +133,7 @@ impl<L> EpState<L> {
             rma_dirty: false,
             sw_unacked: false,
             sw_error: None,
+            offload_syncs: VecDeque::new(),
         }
     }
 

@@ -69,6 +69,15 @@ pub struct ProtoCounts {
     /// Times an endpoint's queue parked on its AM lane until the transport had send resources
     /// again (sender; e.g. the peer's FIFO was full).
     pub parked: u64,
+    /// Tagged sends through the transport's tag matching (the tag lane), eager (sender).
+    pub offload_eager: u64,
+    /// Rendezvous requests through the tag lane, as software requests (sender).
+    pub offload_sw_rndv: u64,
+    /// Eager messages that came through the transport's tag matching unmatched there
+    /// (receiver).
+    pub offload_rx_eager: u64,
+    /// Software rendezvous requests that came through the transport's tag matching (receiver).
+    pub offload_rx_sw_rndv: u64,
 }
 
 /// Work the engine leaves to its driver, in order.

@@ -24,6 +24,9 @@ pub(crate) enum Lane {
     Wireup,
     /// Rendezvous zero-copy operations.
     Rndv,
+    /// Tagged sends through the transport's tag matching (the AM lane if the endpoint has no
+    /// tag lane).
+    Tag,
     /// The endpoint's transport endpoint of this index (remote memory access, atomics,
     /// flush).
     Uct(u8),

@@ -37,6 +37,18 @@ pub(crate) struct EpConfig {
     pub rndv: Option<RndvCaps>,
     /// How many transport endpoints the endpoint has (a flush goes through each).
     pub uct_lanes: u8,
+    /// The tag lane's limits, if the endpoint has one: then every tagged send goes there.
+    pub tag: Option<TagLaneCaps>,
+}
+
+/// What the tag lane of an endpoint takes (its transport's `cap.tag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TagLaneCaps {
+    /// Payloads up to this go with `tag_eager_short` (`None`: the lane has no eager short).
+    pub short_max: Option<usize>,
+    /// Payloads up to this go with `tag_eager_bcopy` (one message: there are no fragments
+    /// through tag matching); larger ones go rendezvous.
+    pub bcopy_max: usize,
 }
 
 /// The transports of an endpoint's lanes, as [`EpConfig::new`] needs them.
@@ -45,6 +57,8 @@ pub(crate) struct LaneModels<'a> {
     pub am: (&'a uct::IfaceAttr, &'a IfaceRecord),
     /// The rendezvous lane's capabilities and record.
     pub rndv: Option<(RndvCaps, &'a IfaceRecord)>,
+    /// The tag lane's interface attributes, if the endpoint has one.
+    pub tag: Option<&'a uct::IfaceAttr>,
 }
 
 impl EpConfig {
@@ -92,6 +106,14 @@ impl EpConfig {
             scheme,
             rndv: lanes.rndv.map(|(c, _)| c),
             uct_lanes: 0,
+            tag: lanes.tag.map(|a| {
+                let mut short_max = a.flags.contains(uct::IfaceFlags::TAG_EAGER_SHORT).then_some(a.tag.eager.max_short);
+                // `UCX_BCOPY_THRESH`: copied from that size on.
+                if let Thresh::Fixed(t) = cfg.bcopy_thresh {
+                    short_max = short_max.and_then(|m| t.checked_sub(1).map(|u| m.min(u)));
+                }
+                TagLaneCaps { short_max, bcopy_max: a.tag.eager.max_bcopy }
+            }),
         }
     }
 }

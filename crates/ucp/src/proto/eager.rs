@@ -98,6 +98,17 @@ fn no_room(max: usize) -> Next {
     Next::Fail(Status::InvalidParam)
 }
 
+/// The lane of a send's whole message or RTS: the tag lane for a tagged send on an endpoint
+/// with one ([`EpConfig::tag`]), else the AM lane.
+#[inline(always)]
+pub(crate) fn tag_lane(cfg: &crate::proto::EpConfig, msg: SendMsg) -> Lane {
+    if cfg.tag.is_some() && matches!(msg, SendMsg::Tag(_)) {
+        Lane::Tag
+    } else {
+        Lane::Am
+    }
+}
+
 /// The next piece of send `rid`, the front operation of endpoint `ep`'s queue.
 pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = reqs.tab.get_mut(rid) else {
@@ -107,15 +118,17 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
     let cfg = &ep.cfg;
     let (rep, sreq) = (ep.remote_id, rid.raw());
     let of = |offset, n| TxOf::Req { rid, offset, len: n };
+    // A tagged send's whole message or RTS goes through the tag lane if the endpoint has one.
+    let lane = tag_lane(cfg, s.msg.get());
     match s.phase {
         SendPhase::Queued => match s.proto {
             Proto::EagerShort => match short_op(&short_hdr(s.msg.get(), rep), s.buf) {
-                Some(op) => Next::Tx(Lane::Am, op, of(0, total)),
+                Some(op) => Next::Tx(lane, op, of(0, total)),
                 None => Next::Fail(Status::InvalidParam),
             },
             Proto::EagerBcopy => {
                 let hdr = whole_hdr(s.msg.get(), s.sync, rep, sreq);
-                Next::Tx(Lane::Am, TxOp::Bcopy { hdr, data: s.buf, offset: 0, len: total }, of(0, total))
+                Next::Tx(lane, TxOp::Bcopy { hdr, data: s.buf, offset: 0, len: total }, of(0, total))
             }
             Proto::Rndv => {
                 // An active message's RTS carries its fixed fields in the tag's place, and its
@@ -145,7 +158,7 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
                     contig: seg.is_some(),
                     rkey: uct::PackedKey::new(),
                 };
-                Next::Tx(Lane::Am, TxOp::Rts { hdr, offer, mem, user }, of(0, total))
+                Next::Tx(lane, TxOp::Rts { hdr, offer, mem, user }, of(0, total))
             }
             // They start in their own phases.
             Proto::EagerMulti | Proto::EagerZcopy => Next::Fail(Status::InvalidParam),
@@ -214,9 +227,12 @@ pub(crate) fn send_done<L: Clone>(
     };
     let (total, sync, first) = (s.buf.len(), s.sync, offset == 0);
     let end = offset + n;
+    let msg = s.msg.get();
+    let offloaded = sh.eps.get(s.ep).is_some_and(|e| tag_lane(&e.cfg, msg) == Lane::Tag);
     match (op, s.phase) {
         (TxOp::Short { .. }, SendPhase::Queued) => {
             sh.counts.eager_short += 1;
+            sh.counts.offload_eager += offloaded as u64;
             sent_all(sh, rid);
             Step::Finished
         }
@@ -226,10 +242,21 @@ pub(crate) fn send_done<L: Clone>(
             } else {
                 sh.counts.eager_bcopy += 1;
             }
+            if offloaded {
+                sh.counts.offload_eager += 1;
+                if let (true, SendMsg::Tag(tag)) = (sync, msg) {
+                    // Its acknowledgement will name the tag, not the request.
+                    let ep = s.ep;
+                    if let Some(e) = sh.eps.get_mut(ep) {
+                        e.offload_syncs.push_back((tag, rid));
+                    }
+                }
+            }
             sent_all(sh, rid);
             Step::Finished
         }
         (TxOp::Rts { .. }, phase) => {
+            sh.counts.offload_sw_rndv += offloaded as u64;
             // The answer may have come during the send, and moved the phase on.
             if phase == (SendPhase::Rts { sent: false }) {
                 s.phase = SendPhase::Rts { sent: true };
@@ -333,6 +360,29 @@ pub(crate) fn frag_done<L: Clone>(sh: &mut Shared<L>, rid: Id, status: Status) {
 /// The receiver matched synchronous send `h.sreq`.
 pub(crate) fn on_sync_ack<L: Clone>(sh: &mut Shared<L>, h: wire::SyncAck) {
     let Some(id) = sh.sreq_from_wire(h.sreq, "sync ack") else { return };
+    ack_sync(sh, id);
+}
+
+/// The receiver matched a synchronous send of `h.tag` that went through the tag lane of
+/// endpoint `h.ep`: the oldest such send still waiting is acknowledged (the receiver matches
+/// one sender's messages of one tag in the order they were sent).
+pub(crate) fn on_offload_sync_ack<L: Clone>(sh: &mut Shared<L>, h: wire::OffloadSyncAck) {
+    let Some(ep) = sh.ep_from_wire(h.ep, "offload sync ack") else { return };
+    let sreq = {
+        let Some(e) = sh.eps.get_mut(ep) else { return };
+        match e.offload_syncs.iter().position(|&(t, _)| t == h.tag) {
+            Some(i) => e.offload_syncs.remove(i).map(|(_, r)| r),
+            None => None,
+        }
+    };
+    match sreq {
+        Some(id) => ack_sync(sh, id),
+        None => tracing::warn!(tag = h.tag, "offload sync ack: no synchronous send of that tag waits; dropped"),
+    }
+}
+
+/// Synchronous send `id` was matched: it completes if it was sent whole already.
+fn ack_sync<L: Clone>(sh: &mut Shared<L>, id: Id) {
     let done = match sh.reqs.tab.get_mut(id) {
         Some(ReqState { kind: ReqKind::Send(s), .. }) if s.sync && !s.acked => {
             s.acked = true;

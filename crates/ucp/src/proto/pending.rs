@@ -171,6 +171,10 @@ impl<L: Clone> Shared<L> {
                 };
                 let total = s.buf.len();
                 let (rep, max) = (ep.remote_id, ep.cfg.bcopy_max);
+                if eager::tag_lane(&ep.cfg, s.msg.get()) == Lane::Tag {
+                    // Through the tag lane: the transmission of `next_tx`.
+                    return None;
+                }
                 let (short, hdr, offset, len) = match s.phase {
                     SendPhase::Queued if s.proto == Proto::EagerShort => {
                         (true, eager::short_hdr(s.msg.get(), rep), 0, total)

@@ -10,7 +10,7 @@
 //! The memory-handle hint of an operation does not change the choice (as in UCX 1.13's
 //! protocols): it only spares the registration of a zero-copy protocol that was chosen.
 
-use super::config::EpConfig;
+use super::config::{EpConfig, TagLaneCaps};
 use crate::config::RndvScheme;
 use crate::wire::len;
 
@@ -110,8 +110,13 @@ pub(crate) enum Proto {
 /// * contiguous and `zcopy_thresh <= len` (non-empty): eager zero-copy;
 /// * otherwise eager bcopy, in one fragment when the header and the data fit the AM lane's
 ///   bcopy size, else in several.
+///
+/// With a tag lane ([`EpConfig::tag`]) a tagged send takes [`select_tag_lane`]'s choice.
 #[inline(always)]
 pub(crate) fn select(cfg: &EpConfig, op: Op) -> Proto {
+    if let (Some(t), OpKind::TagSend | OpKind::TagSendSync) = (cfg.tag, op.kind) {
+        return select_tag_lane(cfg, &t, op);
+    }
     if (op.len >= cfg.rndv_thresh && op.kind.rndv_ok()) || matches!(op.kind, OpKind::Am { force: Force::Rndv, .. }) {
         return Proto::Rndv;
     }
@@ -128,6 +133,22 @@ pub(crate) fn select(cfg: &EpConfig, op: Op) -> Proto {
     } else {
         Proto::EagerMulti
     }
+}
+
+/// The protocol of a tagged send through the tag lane (UCX's offload protocols): the data
+/// in one tagged message (`tag_eager_short` for a contiguous, non-synchronous payload that
+/// fits inline, else `tag_eager_bcopy`), or, from the rendezvous threshold on and for what
+/// one message cannot carry, a rendezvous whose RTS goes as a software rendezvous request
+/// through the same lane (the data then moves by the endpoint's rendezvous scheme).
+#[inline]
+pub(crate) fn select_tag_lane(cfg: &EpConfig, t: &TagLaneCaps, op: Op) -> Proto {
+    if op.len >= cfg.rndv_thresh || op.len > t.bcopy_max {
+        return Proto::Rndv;
+    }
+    if op.contig && op.kind == OpKind::TagSend && t.short_max.is_some_and(|m| op.len <= m) {
+        return Proto::EagerShort;
+    }
+    Proto::EagerBcopy
 }
 
 /// What the sender of a rendezvous offers in its RTS.
@@ -348,7 +369,37 @@ mod tests {
             scheme: RndvScheme::Auto,
             rndv: Some(RndvCaps { get: true, put: true, max_zcopy: 1 << 20 }),
             uct_lanes: 1,
+            tag: None,
         }
+    }
+
+    #[test]
+    fn tagged_sends_through_a_tag_lane() {
+        use crate::proto::config::TagLaneCaps;
+        let mut c = cfg();
+        c.tag = Some(TagLaneCaps { short_max: Some(48), bcopy_max: 48 * 1024 - 16 });
+        #[rustfmt::skip]
+        let table: &[(OpKind, usize, bool, Proto)] = &[
+            (T, 0, true, EagerShort), (T, 48, true, EagerShort), (T, 49, true, EagerBcopy),
+            (T, 48, false, EagerBcopy),
+            // No eager short for a synchronous send (its immediate value needs bcopy).
+            (S, 8, true, EagerBcopy),
+            // No zero-copy nor fragments: one message up to the lane's bcopy, then rendezvous.
+            (T, 20000, true, EagerBcopy), (T, 48 * 1024 - 16, true, EagerBcopy),
+            (T, 48 * 1024 - 15, true, Rndv), (S, 48 * 1024 - 15, false, Rndv),
+            (T, 65536, true, Rndv),
+        ];
+        for &(kind, len, contig, want) in table {
+            assert_eq!(select(&c, Op { kind, len, contig }), want, "{kind:?} {len} contig={contig}");
+        }
+        // Other families keep the AM lane's protocols.
+        let am = OpKind::Am { hdr: 0, force: Force::Auto };
+        assert_eq!(select(&c, Op { kind: am, len: 20000, contig: true }), EagerZcopy);
+        assert_eq!(select(&c, Op { kind: OpKind::Stream, len: 20000, contig: false }), EagerMulti);
+        // Without eager short on the lane.
+        c.tag = Some(TagLaneCaps { short_max: None, bcopy_max: 1000 });
+        assert_eq!(select(&c, Op { kind: T, len: 1, contig: true }), EagerBcopy);
+        assert_eq!(select(&c, Op { kind: T, len: 1001, contig: true }), Rndv);
     }
 
     #[test]

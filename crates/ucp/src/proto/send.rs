@@ -8,7 +8,7 @@ use ucs::idtable::Id;
 use ucs::{Status, UcsResult};
 
 use crate::dt::UserBuf;
-use crate::engine::{Pending, Shared};
+use crate::engine::{Lane, Pending, Shared};
 use crate::proto::eager::{short_hdr, whole_hdr};
 use crate::proto::pending::Front;
 use crate::proto::Proto;
@@ -33,7 +33,8 @@ pub(crate) fn send_req<L: Clone>(
     let rid = new_send_req(sh, ep, buf, msg, sync, param, proto)?;
     let whole = matches!(proto, Proto::EagerShort | Proto::EagerBcopy);
     match sh.eps.get_mut(ep) {
-        Some(e) if whole && e.ready() && e.wireup_q.is_empty() => {
+        // (A send through a tag lane takes the queue's transmission, `Lane::Tag`.)
+        Some(e) if whole && e.ready() && e.wireup_q.is_empty() && super::eager::tag_lane(&e.cfg, msg) == Lane::Am => {
             e.queue.push_back(Pending::Send(rid));
             e.busy = true;
             let short = proto == Proto::EagerShort;

@@ -144,7 +144,7 @@ pub(crate) fn param(data: usize) -> RequestParam {
 
 fn lane_code(l: Lane) -> u8 {
     match l {
-        Lane::Am | Lane::Wireup => 0,
+        Lane::Am | Lane::Wireup | Lane::Tag => 0,
         Lane::Rndv => 1,
         Lane::Uct(i) => 2u8.saturating_add(i),
     }

@@ -32,6 +32,7 @@ fn cfg() -> SimConfig {
             scheme: RndvScheme::Auto,
             rndv: Some(RndvCaps { get: true, put: true, max_zcopy: 1 << 20 }),
             uct_lanes: 2,
+            tag: None,
         },
         p2p: false,
         immediate: false,

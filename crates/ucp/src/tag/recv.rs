@@ -117,7 +117,7 @@ impl TagState {
             Err(e) => e,
         });
         if let Some((ep, sreq)) = sync {
-            self.sync_ack(sh, ep, sreq);
+            self.sync_ack(sh, ep, sreq, info.sender_tag);
         }
         if param.flags.contains(RequestFlags::NO_IMM_CMPL) {
             let mut st = ReqState::new(ReqKind::Done, None, None, false);
@@ -137,10 +137,15 @@ impl TagState {
         }
     }
 
-    /// Tells the sender of a synchronous message (endpoint `ep`, request `sreq`) that it
-    /// matched.
-    fn sync_ack<L: Clone>(&mut self, sh: &mut Shared<L>, ep: u64, sreq: u64) {
-        if let Some(id) = sh.ep_from_wire(ep, "eager sync") {
+    /// Tells the sender of a synchronous message of `tag` (endpoint `ep`, request `sreq`) that
+    /// it matched. `sreq` 0 ([`OFFLOAD_SREQ`]): it came through the tag lane, which carries no
+    /// request id; the acknowledgement names the tag.
+    fn sync_ack<L: Clone>(&mut self, sh: &mut Shared<L>, ep: u64, sreq: u64, tag: Tag) {
+        let Some(id) = sh.ep_from_wire(ep, "eager sync") else { return };
+        if sreq == OFFLOAD_SREQ {
+            let Some(remote) = sh.eps.get(id).map(|e| e.remote_id) else { return };
+            sh.send_ctrl(id, Ctrl::OffloadSyncAck(wire::OffloadSyncAck { ep: remote, tag }));
+        } else {
             sh.send_ctrl(id, Ctrl::SyncAck(wire::SyncAck { sreq }));
         }
     }
@@ -156,7 +161,7 @@ impl TagState {
     ) {
         // Matched: the sender's sync request may complete.
         if let Some((ep, sreq)) = sync {
-            self.sync_ack(sh, ep, sreq);
+            self.sync_ack(sh, ep, sreq, tag);
         }
         let r = sh.reqs.complete_with(rid, |r| crate::request::complete::fill_whole(r, tag, payload));
         sh.completed(rid, r);
@@ -294,12 +299,12 @@ impl TagState {
 
     /// All fragments of a matched message arrived.
     fn recv_frags_done<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) {
-        let (sync, truncated) = match sh.reqs.tab.get_mut(rid) {
-            Some(ReqState { kind: ReqKind::Recv(rr), .. }) => (rr.sync.take(), rr.truncated),
+        let (sync, truncated, tag) = match sh.reqs.tab.get_mut(rid) {
+            Some(ReqState { kind: ReqKind::Recv(rr), info, .. }) => (rr.sync.take(), rr.truncated, info.sender_tag),
             _ => return,
         };
         if let Some((ep, sreq)) = sync {
-            self.sync_ack(sh, ep, sreq);
+            self.sync_ack(sh, ep, sreq, tag);
         }
         sh.finish(rid, if truncated { Status::MessageTruncated } else { Status::Ok });
     }
@@ -321,4 +326,69 @@ impl TagState {
             }
         }
     }
+
+    /// An eager message that came through a transport's tag matching and matched no receive
+    /// posted there (`uct::TagHandlers::eager`): its tag `stag`, immediate value `imm` (not 0:
+    /// synchronous, naming this side's endpoint to the sender), the data alone. Matched
+    /// against the receives posted in software, or kept as unexpected, as an eager message.
+    pub fn on_offload_eager<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        stag: Tag,
+        imm: u64,
+        m: AmRecv<'_>,
+    ) -> Option<Done> {
+        sh.counts.offload_rx_eager += 1;
+        if imm != 0 {
+            let sync = Some((imm, OFFLOAD_SREQ));
+            match sh.reqs.take_expected(stag) {
+                Some(rid) => self.deliver_whole(sh, rid, stag, m.data(), sync),
+                None => self.unexpected_eager(sh, stag, m, 0, sync),
+            }
+            return None;
+        }
+        match sh.reqs.deliver_expected(stag, m.data()) {
+            Delivered::Done(done) => done,
+            Delivered::Full(id, status) => {
+                sh.complete_full(id, status);
+                None
+            }
+            Delivered::NoMatch => {
+                self.unexpected_eager(sh, stag, m, 0, None);
+                None
+            }
+        }
+    }
+
+    /// A rendezvous request that came through a transport's tag matching
+    /// (`uct::TagHandlers::rndv`). A software request (no remote address) carries an RTS as
+    /// its header: the rendezvous goes on as one that came as an active message. A request
+    /// the transport offloaded (the data to be read by the receiver's adapter) is not sent by
+    /// this implementation yet, and is refused with a warning.
+    pub fn on_offload_rndv<L: Clone>(&mut self, sh: &mut Shared<L>, u: &uct::TagUnexpRndv<'_>) {
+        if u.remote_addr != 0 || u.length != 0 || !u.rkey_buf.is_empty() {
+            tracing::warn!(
+                tag = u.stag,
+                "ucp: an offloaded rendezvous request (the sender's adapter reads) is not supported yet; dropped"
+            );
+            return;
+        }
+        let h = match wire::RtsHdr::decode(u.header) {
+            Ok(h) => h,
+            Err(e) => return malformed(e),
+        };
+        if h.tag != u.stag {
+            tracing::warn!(
+                tag = u.stag,
+                rts_tag = h.tag,
+                "ucp: a rendezvous request whose RTS names another tag; dropped"
+            );
+            return;
+        }
+        sh.counts.offload_rx_sw_rndv += 1;
+        self.on_rts(sh, h);
+    }
 }
+
+/// The `sreq` of a synchronous message that came through the tag lane (no request id).
+pub(crate) const OFFLOAD_SREQ: u64 = 0;

@@ -249,6 +249,43 @@ impl Header for SyncAck {
     }
 }
 
+/// The receiver matched a synchronous send that came through the transport's tag matching
+/// (UCX's `UCP_AM_ID_OFFLOAD_SYNC_ACK`): such a message carries no request id, so the sender
+/// acknowledges its oldest unacknowledged synchronous send of `tag` on endpoint `ep`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadSyncAck {
+    /// The sender's endpoint (the receiver's endpoint's remote id).
+    pub ep: u64,
+    /// The message's tag.
+    pub tag: u64,
+}
+
+impl OffloadSyncAck {
+    /// Decodes a whole message.
+    pub fn decode(data: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new("offload sync ack", data);
+        let ep = r.u64()?;
+        let tag = r.u64()?;
+        r.end()?;
+        Ok(OffloadSyncAck { ep, tag })
+    }
+}
+
+impl Header for OffloadSyncAck {
+    fn am_id(&self) -> u8 {
+        super::AM_OFFLOAD_SYNC_ACK
+    }
+    fn encoded_len(&self) -> usize {
+        16
+    }
+    fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        let mut w = Writer::new(buf, 16)?;
+        w.u64(self.ep);
+        w.u64(self.tag);
+        Ok(w.done())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,5 +353,9 @@ mod tests {
     #[test]
     fn a_sync_ack_with_trailing_bytes_is_refused() {
         assert_eq!(SyncAck::decode(&[0; 9]), Err(WireError::TrailingBytes { what: "sync ack", expected: 8, got: 9 }));
+        let a = OffloadSyncAck { ep: 7, tag: u64::MAX };
+        round_trip(&a, &[], |d| OffloadSyncAck::decode(d).map(|h| (h, &d[d.len()..])));
+        assert!(OffloadSyncAck::decode(&[0; 15]).is_err());
+        assert!(OffloadSyncAck::decode(&[0; 17]).is_err());
     }
 }

@@ -32,6 +32,13 @@
 //! | 22 | active message middle | [`am::AmMiddleHdr`] ep, msg id, offset (24) | a later fragment |
 //! | 23 | active message rts | [`am::AmRtsHdr`]: an RTS with id, flags, user header length in the tag's place | user header |
 //! | 24 | stream data | [`StreamHdr`] ep (8) | bytes of the stream |
+//! | 25 | offload sync ack | [`OffloadSyncAck`] ep, tag (16) | - |
+//!
+//! Tagged sends through a transport's tag matching (a tag lane, `docs/ucp/tag-offload.md`) are
+//! not UCP active messages: the transport carries the tag, and an eager message's payload is
+//! the user's data alone (a synchronous one names the receiver's endpoint in the immediate
+//! value, acknowledged by id 25); a rendezvous request carries an RTS (id 8's format) as its
+//! header.
 //!
 //! Peers are never trusted beyond the format: `ep` fields hold the *receiver's* endpoint id
 //! for the sender (learned during wireup) so the receiver replies on the right endpoint, and
@@ -50,7 +57,7 @@ pub mod rma;
 mod rndv;
 pub mod wireup;
 
-pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, StreamHdr, SyncAck};
+pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, OffloadSyncAck, StreamHdr, SyncAck};
 pub use rndv::{Atp, Ats, RndvDataHdr, RtrHdr, RtsHdr};
 pub use wireup::{EpAddr, WireupMsg};
 
@@ -106,9 +113,11 @@ pub const AM_AM_MIDDLE: u8 = 22;
 pub const AM_AM_RTS: u8 = 23;
 /// Bytes of an endpoint's stream (`ucp_stream_send_nbx`).
 pub const AM_STREAM_DATA: u8 = 24;
+/// Acknowledgement of a synchronous send that went through the transport's tag matching.
+pub const AM_OFFLOAD_SYNC_ACK: u8 = 25;
 
 /// Every AM id UCP uses, for handler registration.
-pub const ALL_AM_IDS: [u8; 24] = [
+pub const ALL_AM_IDS: [u8; 25] = [
     AM_WIREUP,
     AM_EAGER_ONLY,
     AM_EAGER_FIRST,
@@ -133,6 +142,7 @@ pub const ALL_AM_IDS: [u8; 24] = [
     AM_AM_MIDDLE,
     AM_AM_RTS,
     AM_STREAM_DATA,
+    AM_OFFLOAD_SYNC_ACK,
 ];
 
 /// Human name of an AM id, for logs.
@@ -162,6 +172,7 @@ pub fn am_name(id: u8) -> &'static str {
         AM_AM_MIDDLE => "active message middle",
         AM_AM_RTS => "active message rts",
         AM_STREAM_DATA => "stream data",
+        AM_OFFLOAD_SYNC_ACK => "offload sync ack",
         _ => "unknown",
     }
 }
@@ -318,6 +329,8 @@ pub enum Msg<'a> {
     EagerMiddle(EagerMiddleHdr, &'a [u8]),
     /// [`AM_SYNC_ACK`].
     SyncAck(SyncAck),
+    /// [`AM_OFFLOAD_SYNC_ACK`].
+    OffloadSyncAck(OffloadSyncAck),
     /// [`AM_RNDV_RTS`].
     Rts(RtsHdr),
     /// [`AM_RNDV_ATS`].
@@ -374,6 +387,7 @@ impl<'a> Msg<'a> {
                 Msg::EagerMiddle(h, p)
             }
             AM_SYNC_ACK => Msg::SyncAck(SyncAck::decode(data)?),
+            AM_OFFLOAD_SYNC_ACK => Msg::OffloadSyncAck(OffloadSyncAck::decode(data)?),
             AM_RNDV_RTS => Msg::Rts(RtsHdr::decode(data)?),
             AM_RNDV_ATS => Msg::Ats(Ats::decode(data)?),
             AM_RNDV_RTR => Msg::Rtr(RtrHdr::decode(data)?),
@@ -598,7 +612,7 @@ pub(crate) mod tests {
             assert_ne!(am_name(id), "unknown");
         }
         assert_eq!(Msg::decode(0, &[]), Err(WireError::UnknownAmId(0)));
-        assert_eq!(Msg::decode(25, &[0; 64]), Err(WireError::UnknownAmId(25)));
+        assert_eq!(Msg::decode(26, &[0; 64]), Err(WireError::UnknownAmId(26)));
     }
 
     #[test]

@@ -143,6 +143,7 @@ impl WireupOut {
 pub(crate) enum Ctrl {
     Wireup(WireupOut),
     SyncAck(wire::SyncAck),
+    OffloadSyncAck(wire::OffloadSyncAck),
     Ats(wire::Ats),
     Atp(wire::Atp),
     RmaGet(wire::rma::GetReq),
@@ -162,6 +163,7 @@ impl Ctrl {
         match self {
             Ctrl::Wireup(_) => wire::AM_WIREUP,
             Ctrl::SyncAck(h) => h.am_id(),
+            Ctrl::OffloadSyncAck(h) => h.am_id(),
             Ctrl::Ats(h) => h.am_id(),
             Ctrl::Atp(h) => h.am_id(),
             Ctrl::RmaGet(h) => h.am_id(),
@@ -176,6 +178,7 @@ impl Ctrl {
         match self {
             Ctrl::Wireup(w) => w.msg().encode(buf),
             Ctrl::SyncAck(h) => h.encode(buf),
+            Ctrl::OffloadSyncAck(h) => h.encode(buf),
             Ctrl::Ats(h) => h.encode(buf),
             Ctrl::Atp(h) => h.encode(buf),
             Ctrl::RmaGet(h) => h.encode(buf),

@@ -33,6 +33,11 @@ pub struct Lanes {
     pub amo: Option<LanePair>,
     /// Rendezvous bulk data (zero-copy get or put), best first, at most `max_rndv_lanes`.
     pub rndv: Vec<LanePair>,
+    /// Tagged sends through the transport's tag matching (UCX's tag lane): a pair whose
+    /// interfaces both have tag offload on (eager bcopy and rendezvous), get zero-copy and a
+    /// pending queue, at least as fast as the AM lane. With one, every tagged send of the
+    /// endpoint goes there (one path keeps one sender's messages in order).
+    pub tag: Option<LanePair>,
 }
 
 /// What the selection may use.
@@ -42,6 +47,8 @@ pub struct LaneLimits {
     pub max_rndv_lanes: usize,
     /// Whether atomics were asked for (AMO32/AMO64 features).
     pub atomics: bool,
+    /// Whether tag matching was asked for (TAG feature): a tag lane may be chosen.
+    pub tag: bool,
 }
 
 /// The model of one pair, symmetric in its two records.
@@ -167,7 +174,19 @@ pub fn select(
     let mut rndv =
         pick(&|p| data(p) && (both(p, IfaceFlags::GET_ZCOPY) || both(p, IfaceFlags::PUT_ZCOPY)), &by_bandwidth);
     rndv.truncate(limits.max_rndv_lanes);
-    Lanes { am, wireup, rma, amo, rndv }
+    let tag = if limits.tag {
+        let offload = IfaceFlags::TAG_EAGER_BCOPY | IfaceFlags::TAG_RNDV_ZCOPY | IfaceFlags::GET_ZCOPY;
+        let best = pick(&|p| data(p) && both(p, offload) && both(p, IfaceFlags::PENDING), &by_latency).first().copied();
+        // Only where it is as fast as the AM lane (UCX: its score is not below the AM lane's).
+        let cost = |p: &LanePair| {
+            let m = pairs.iter().find(|(q, _)| q == p).map(|(_, m)| m.latency + m.overhead);
+            m.unwrap_or(f64::INFINITY)
+        };
+        best.filter(|t| am.is_some_and(|a| cost(t) <= cost(&a)))
+    } else {
+        None
+    };
+    Lanes { am, wireup, rma, amo, rndv, tag }
 }
 
 #[cfg(test)]
@@ -210,7 +229,7 @@ mod tests {
         }
     }
 
-    const LIMITS: LaneLimits = LaneLimits { max_rndv_lanes: 1, atomics: true };
+    const LIMITS: LaneLimits = LaneLimits { max_rndv_lanes: 1, atomics: true, tag: true };
 
     #[test]
     fn same_worker_uses_self_other_process_uses_shm() {
@@ -263,6 +282,28 @@ mod tests {
         let mut ud = rec("ud_verbs", DeviceType::Net, am | IfaceFlags::CONNECT_TO_IFACE, 900.0, 1e9);
         ud.aux = ud_aux;
         WorkerAddress { uuid, name: String::new(), ifaces: vec![rec("rc_verbs", DeviceType::Net, rc, 700.0, 3e9), ud] }
+    }
+
+    #[test]
+    fn a_tag_lane_where_both_sides_have_tag_matching_and_it_is_the_fastest() {
+        let all = |_: &IfaceRecord, _: &IfaceRecord| true;
+        let tm = IfaceFlags::TAG_EAGER_BCOPY | IfaceFlags::TAG_RNDV_ZCOPY | IfaceFlags::PENDING;
+        let (a, b) = (ib_worker(1, false), ib_worker(2, false));
+        assert_eq!(select(&a, &b, LIMITS, &all).tag, None, "no tag matching on");
+        let (mut a, mut b) = (a, b);
+        a.ifaces[0].flags |= tm;
+        assert_eq!(select(&a, &b, LIMITS, &all).tag, None, "on one side only");
+        b.ifaces[0].flags |= tm;
+        let rc = Some(LanePair { local: 0, remote: 0 });
+        assert_eq!(select(&a, &b, LIMITS, &all).tag, rc);
+        assert_eq!(select(&b, &a, LIMITS, &all).tag, rc, "both sides agree");
+        assert_eq!(select(&a, &b, LaneLimits { tag: false, ..LIMITS }, &all).tag, None, "without the TAG feature");
+        // Slower than the AM lane (shared memory, say): no tag lane.
+        a.ifaces[1].latency_ns = 10.0;
+        b.ifaces[1].latency_ns = 10.0;
+        let l = select(&a, &b, LIMITS, &all);
+        assert_eq!(l.am, Some(LanePair { local: 1, remote: 1 }));
+        assert_eq!(l.tag, None);
     }
 
     #[test]

@@ -1037,10 +1037,23 @@ impl Ep for RcEp {
     fn tag_rndv_request(&self, tag: Tag, header: &[u8], _flags: SendFlags) -> OpResult {
         let s = &self.s;
         s.tm()?;
-        check_length(header.len(), s.iface.base.attr.tag.eager.max_short, "tag_rndv_request header")?;
+        check_length(header.len(), s.iface.base.attr.tag.eager.max_bcopy, "tag_rndv_request header")?;
         // An eager TMH in a SEND_WITH_IMM of 0: the receiver's software completes it.
         let tmh = Tmh { op: TmhOp::Eager, app_ctx: 0, tag }.to_bytes();
-        s.send_tagged_inline(&[&tmh, header], Some(0))
+        if TMH_LEN + header.len() <= s.iface.max_inline {
+            return s.send_tagged_inline(&[&tmh, header], Some(0));
+        }
+        if let Outcome::NoResource = s.ready(false)? {
+            return Ok(Outcome::NoResource);
+        }
+        let Some(mut desc) = s.desc() else { return Ok(Outcome::NoResource) };
+        desc[..TMH_LEN].copy_from_slice(&tmh);
+        desc[TMH_LEN..TMH_LEN + header.len()].copy_from_slice(header);
+        let mut sge = s.desc_sge(&desc, TMH_LEN + header.len());
+        let mut wr = send_wr(sys::IBV_WR_SEND_WITH_IMM, &mut sge, 1, 0);
+        wr.__bindgen_anon_1.imm_data = 0;
+        s.post(&mut wr, false, Some(Op::Desc(desc)))?;
+        Ok(Outcome::Done(()))
     }
 }
 
