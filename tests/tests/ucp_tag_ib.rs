@@ -69,9 +69,13 @@ fn over_rc_with_tag_matching() {
     }
     let tls = "rc_v,ud_v";
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, cfg) in CONFIGS {
-        let mut all: Vec<(&str, &str)> = vec![("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
+    // Each configuration with UCX's TM_THRESH (receives of 1 KiB and more may be posted to the
+    // transport) and with every receive eligible.
+    let runs = CONFIGS.iter().flat_map(|&(name, cfg)| [(name, cfg, "1024"), (name, cfg, "0")]);
+    for (name, cfg, thresh) in runs {
+        let mut all: Vec<(&str, &str)> = vec![("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512"), ("TM_THRESH", thresh)];
         all.extend_from_slice(cfg);
+        let name = format!("{name}, TM_THRESH={thresh}");
         let w: &'static Worker =
             Box::leak(Box::new(Worker::new(&context(tls, &all), &WorkerParams::new("receiver")).unwrap()));
         let mut s = RemoteSender::spawn(w, tls, &all);
@@ -93,6 +97,10 @@ fn over_rc_with_tag_matching() {
         if name.starts_with("rndv") {
             assert!(c.offload_rx_sw_rndv > 0, "no rendezvous request through tag matching: {c:?}");
         }
+        if thresh == "0" {
+            assert!(c.offload_posted > 0 && c.offload_matched > 0, "no receive matched in the transport: {c:?}");
+        }
+        assert!(c.offload_posted >= c.offload_matched + c.offload_sw_matched, "{c:?}");
     }
 }
 

@@ -61,6 +61,9 @@ ucs::config_table! {
              Otherwise the CPU mode is selected."),
         pub seg_size: MemUnits = ("SEG_SIZE", "8192", "Size of a segment in the worker's preregistered memory pool."),
         pub proto_info: bool = ("PROTO_INFO", "n", "Print which protocol each operation and message size range uses."),
+        pub tm_thresh: MemUnits = ("TM_THRESH", "1024",
+            "Threshold for using tag matching offload capabilities.\n \
+             Smaller buffers will not be posted to the transport."),
         pub max_eager_lanes: u32 = ("MAX_EAGER_LANES", "1", "Maximal number of devices on which an eager operation may be executed."),
         pub max_rndv_lanes: u32 = ("MAX_RNDV_LANES", "1", "Maximal number of devices on which a rendezvous operation may be executed."),
         pub keepalive_interval: std::time::Duration = ("KEEPALIVE_INTERVAL", "20s", "Time interval between keepalive rounds (0: no keepalive)."),
@@ -222,6 +225,9 @@ pub struct ContextConfig {
     pub seg_size: usize,
     /// `UCX_PROTO_INFO`.
     pub proto_info: bool,
+    /// `UCX_TM_THRESH`: receives from this size on may be posted to a transport's tag
+    /// matching (`usize::MAX`: never).
+    pub tm_thresh: usize,
     /// `UCX_MAX_EAGER_LANES`.
     pub max_eager_lanes: usize,
     /// `UCX_MAX_RNDV_LANES`.
@@ -286,6 +292,11 @@ impl ContextConfig {
             atomic_mode: t.atomic_mode,
             seg_size,
             proto_info: t.proto_info,
+            tm_thresh: match t.tm_thresh {
+                MemUnits::Value(v) => v,
+                MemUnits::Inf => usize::MAX,
+                MemUnits::Auto => 1024,
+            },
             max_eager_lanes: t.max_eager_lanes as usize,
             max_rndv_lanes: t.max_rndv_lanes as usize,
             keepalive_interval: t.keepalive_interval,
@@ -339,6 +350,7 @@ mod tests {
         let c = ContextConfig::read(Some(&src as &dyn ConfigSource), &[]).unwrap();
         assert!(c.tls.is_all());
         assert_eq!((c.rndv_thresh, c.rndv_scheme, c.seg_size), (Thresh::Auto, RndvScheme::Auto, 8192));
+        assert_eq!(c.tm_thresh, 1024);
         let o = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
         let c = ContextConfig::read(Some(&src as &dyn ConfigSource), &o("RNDV_THRESH", "inf")).unwrap();
         assert_eq!(c.rndv_thresh, Thresh::Fixed(usize::MAX));

@@ -405,6 +405,16 @@ fn rendezvous_read_by_the_receiver_then_fin() {
         b.unexp.borrow()[1],
         Unexp::Rndv { stag: 0x7, header: b"sw-rts2".to_vec(), remote_addr: 0, length: 0, rkey: vec![] }
     );
+    // A request longer than the posted buffer: software still gets the whole header.
+    let log5: Log<Ev> = Rc::default();
+    let mut tiny = buf(&md, 4, 0);
+    // SAFETY: as above.
+    unsafe { b.iface.tag_recv_zcopy(0x9, u64::MAX, &tiny.iov(4), ctx(&log5)).unwrap() };
+    wait(&worker, "rndv request", || {
+        ab.tag_rndv_request(0x9, b"longer than four", SendFlags::empty()) == Ok(Outcome::Done(()))
+    });
+    wait(&worker, "expected request into a short buffer", || log5.borrow().len() == 2);
+    assert_eq!(log5.borrow()[1], Ev::Rndv { tag: 0x9, header: b"longer than four".to_vec(), status: Status::Ok });
     // A request header larger than an inline send (UCP's RTS with a key): from a buffer.
     let big = pattern(2000, 4);
     wait(&worker, "large rndv request", || ab.tag_rndv_request(0x8, &big, SendFlags::empty()) == Ok(Outcome::Done(())));
@@ -412,7 +422,7 @@ fn rendezvous_read_by_the_receiver_then_fin() {
     assert_eq!(b.unexp.borrow()[2], Unexp::Rndv { stag: 0x8, header: big, remote_addr: 0, length: 0, rkey: vec![] });
     let (sa, sb) = (a.iface.tm_stats().unwrap(), b.iface.tm_stats().unwrap());
     assert_eq!(sa.rx_rndv_fin, 1);
-    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (3, 1, 1, 2));
+    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (4, 1, 2, 2));
 }
 
 #[test]

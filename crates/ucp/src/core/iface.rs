@@ -55,7 +55,7 @@ pub(crate) fn record_of(i: &WorkerIface) -> IfaceRecord {
 /// Runs an active-message handler's work on the core it was made for, unless the core is
 /// being dropped (then the message is dropped), without taking a reference count per message.
 #[inline(always)]
-fn with_core(w: &Weak<Core>, f: impl FnOnce(&Core)) {
+pub(super) fn with_core(w: &Weak<Core>, f: impl FnOnce(&Core)) {
     if w.strong_count() > 0 {
         // SAFETY: the core is alive (a non-zero strong count: it is not being dropped). It
         // stays alive for the whole handler. Handlers run inside a call on this core (its
@@ -119,13 +119,13 @@ fn tag_handlers(index: usize, weak: &Weak<Core>) -> uct::TagHandlers {
         eager: Rc::new(move |u: uct::TagUnexpEager<'_>| {
             with_core(&w1, |core| {
                 core.activate(index);
-                core.on_offload_eager(u);
+                core.on_offload_eager(index, u);
             })
         }),
         rndv: Rc::new(move |u: uct::TagUnexpRndv<'_>| {
             with_core(&w2, |core| {
                 core.activate(index);
-                core.on_offload_rndv(&u);
+                core.on_offload_rndv(index, &u);
             })
         }),
     }

@@ -32,6 +32,7 @@ pub(crate) mod exec;
 pub(crate) mod iface;
 pub(crate) mod lanes;
 mod mem;
+mod offload;
 pub(crate) mod rma;
 mod rma_target;
 mod send;
@@ -93,6 +94,8 @@ pub(crate) struct Core {
     am_handlers: RefCell<Vec<Option<am::AmEntry>>>,
     /// Active messages whose data a handler may keep or kept (see `core::am`).
     am_kept: RefCell<IdTable<am::AmKept>>,
+    /// Receives posted to a transport's tag matching, by request (raw id).
+    tm_posts: RefCell<std::collections::HashMap<u64, offload::TmPost>>,
     /// The retry list, taken out of the engine while progress works through it.
     retry: RefCell<Vec<Id>>,
 }
@@ -142,6 +145,7 @@ impl Core {
                 am_max_hdr,
                 am_handlers: RefCell::new(Vec::new()),
                 am_kept: RefCell::new(IdTable::new()),
+                tm_posts: RefCell::default(),
                 retry: RefCell::new(Vec::new()),
             }
         });
@@ -216,6 +220,8 @@ impl Core {
                 }
             }
             Action::Drop(ext) => drop(ext),
+            Action::TagPost { rid, iface, tag, seg, hint } => self.tag_post(rid, iface, tag, seg, hint),
+            Action::TagCancel { rid, force } => self.tag_cancel(rid, force),
         }
     }
 
@@ -460,14 +466,28 @@ impl Core {
 
     /// An eager message came through a transport's tag matching without meeting a receive
     /// posted there.
-    pub(crate) fn on_offload_eager(&self, u: uct::TagUnexpEager<'_>) {
-        self.arrival(|e| e.tag.on_offload_eager(&mut e.sh, u.stag, u.imm, u.msg));
+    pub(crate) fn on_offload_eager(&self, iface: usize, u: uct::TagUnexpEager<'_>) {
+        let (max, thresh) = self.offload_limits(iface);
+        self.arrival(|e| {
+            e.tag.offload_activate(iface, max, thresh);
+            e.tag.on_offload_eager(&mut e.sh, u.stag, u.imm, u.msg)
+        });
     }
 
     /// A rendezvous request came through a transport's tag matching without meeting a
     /// receive posted there.
-    pub(crate) fn on_offload_rndv(&self, u: &uct::TagUnexpRndv<'_>) {
-        self.with_engine(|e| e.tag.on_offload_rndv(&mut e.sh, u));
+    pub(crate) fn on_offload_rndv(&self, iface: usize, u: &uct::TagUnexpRndv<'_>) {
+        let (max, thresh) = self.offload_limits(iface);
+        self.with_engine(|e| {
+            e.tag.offload_activate(iface, max, thresh);
+            e.tag.on_offload_rndv(&mut e.sh, u)
+        });
+    }
+
+    /// How many receives interface `iface`'s tag matching takes, and `UCX_TM_THRESH`.
+    fn offload_limits(&self, iface: usize) -> (usize, usize) {
+        let max = self.ifaces.get(iface).map_or(0, |i| i.attr.tag.recv_max_outstanding);
+        (max, self.ctx.config().tm_thresh)
     }
 
     /// Runs an arrival's engine work `f`, then, outside the engine, the plain callback of the

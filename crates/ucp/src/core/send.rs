@@ -321,7 +321,8 @@ impl Core {
     /// bytes (what it had goes back to its stream).
     pub fn req_cancel(&self, id: Id) {
         self.with_engine(|e| {
-            if !e.stream.cancel(&mut e.sh, id) {
+            // (An offloaded receive is cancelled through its transport, which reports.)
+            if !e.stream.cancel(&mut e.sh, id) && !e.tag.offload_cancel(&mut e.sh, id) {
                 e.sh.cancel(id);
             }
         });

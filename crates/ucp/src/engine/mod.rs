@@ -78,6 +78,14 @@ pub struct ProtoCounts {
     pub offload_rx_eager: u64,
     /// Software rendezvous requests that came through the transport's tag matching (receiver).
     pub offload_rx_sw_rndv: u64,
+    /// Receives posted to the transport's tag matching (UCX's `posted`).
+    pub offload_posted: u64,
+    /// Of those, matched there (UCX's `matched`).
+    pub offload_matched: u64,
+    /// Of those, taken back because software matched them (forced cancels).
+    pub offload_sw_matched: u64,
+    /// Receives the transport refused to take (UCX's `block_tag_exceed`).
+    pub offload_refused: u64,
 }
 
 /// Work the engine leaves to its driver, in order.
@@ -104,6 +112,12 @@ pub(crate) enum Action<L> {
     CheckPeer(Id),
     /// Drop a request's extras (a callback box, a held buffer) outside the engine.
     Drop(Box<ReqExt>),
+    /// Post receive `rid` (buffer `seg`, memory hint `hint`) for `tag` to the tag matching of
+    /// interface `iface`; report a refusal with [`crate::tag::TagState::offload_post_failed`].
+    TagPost { rid: Id, iface: usize, tag: crate::tag::Tag, seg: crate::dt::Seg, hint: Option<Id> },
+    /// Cancel receive `rid` in the transport's tag matching: `force`, at once and without a
+    /// report (software took it); else its completion reports `Canceled` (or the match).
+    TagCancel { rid: Id, force: bool },
 }
 
 impl<L> std::fmt::Debug for Action<L> {
@@ -119,6 +133,8 @@ impl<L> std::fmt::Debug for Action<L> {
             Action::Unpark(_) => write!(f, "Unpark"),
             Action::CheckPeer(id) => write!(f, "CheckPeer({id:?})"),
             Action::Drop(_) => write!(f, "Drop"),
+            Action::TagPost { rid, tag, .. } => write!(f, "TagPost({rid:?}, {tag:#x})"),
+            Action::TagCancel { rid, force } => write!(f, "TagCancel({rid:?}, force: {force})"),
         }
     }
 }

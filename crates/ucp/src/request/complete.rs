@@ -43,6 +43,9 @@ pub(crate) enum Delivered {
     Done(Option<Done>),
     /// Delivered into request `id`, which needs [`Reqs::complete_full`] with this status.
     Full(Id, Status),
+    /// Receive `id` matched but was posted to a transport's tag matching too: taken off the
+    /// queues, nothing delivered (the caller cancels it there, then delivers).
+    Offloaded(Id),
 }
 
 /// What remains of completing a request that had more than a plain callback.
@@ -129,6 +132,9 @@ impl Reqs {
         let r = entry.get_mut();
         if r.status != Status::InProgress {
             return Delivered::Done(None);
+        }
+        if r.exp.is_offloaded() {
+            return Delivered::Offloaded(entry.id());
         }
         let Some(status) = fill_whole(r, tag, payload) else { return Delivered::Done(None) };
         let id = entry.id();

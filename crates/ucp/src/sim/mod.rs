@@ -322,6 +322,12 @@ impl Sim {
                         self.send_front_now(n, ep, Front::Ctrl { io, ctrl });
                     }
                 }
+                // The simulated transport has no tag matching: it refuses every receive.
+                Action::TagPost { rid, .. } => {
+                    let e = &mut self.nodes[n].engine;
+                    e.tag.offload_post_failed(&mut e.sh, rid);
+                }
+                Action::TagCancel { .. } => {}
                 Action::Accept(req) => {
                     let e = &mut self.nodes[n].engine;
                     let id = e.sh.eps.next_id();

@@ -176,16 +176,32 @@ pub struct ExpEntry {
     links: Links,
     /// On a queue (from [`ExpQueues::post_at`] until its match or removal).
     posted: bool,
+    /// Also posted to a transport's tag matching (UCX's `UCP_REQUEST_FLAG_OFFLOADED`): the
+    /// queues keep it as the transport's shadow ([`ExpQueues::set_offloaded`]).
+    offloaded: bool,
 }
 
 impl ExpEntry {
     /// An entry of no receive: never posted.
-    pub const NONE: ExpEntry = ExpEntry { tag: 0, mask: 0, sn: 0, links: UNLINKED, posted: false };
+    pub const NONE: ExpEntry = ExpEntry { tag: 0, mask: 0, sn: 0, links: UNLINKED, posted: false, offloaded: false };
 
     /// True while the receive waits on a queue.
     #[inline]
     pub fn is_posted(&self) -> bool {
         self.posted
+    }
+
+    /// True when the receive was posted to a transport's tag matching too (and was not
+    /// taken back): a software match must cancel it there.
+    #[inline]
+    pub fn is_offloaded(&self) -> bool {
+        self.offloaded
+    }
+
+    /// The entry of a receive off the queues, no longer offloaded.
+    pub fn without_offload(self) -> ExpEntry {
+        debug_assert!(!self.posted, "a waiting receive changes its mark through the queues");
+        ExpEntry { offloaded: false, ..self }
     }
 }
 
@@ -213,6 +229,8 @@ pub struct ExpQueues {
     wild: List,
     next_sn: u64,
     count: usize,
+    /// How many of the waiting receives are offloaded.
+    offloaded: usize,
 }
 
 impl Default for ExpQueues {
@@ -224,7 +242,7 @@ impl Default for ExpQueues {
 impl ExpQueues {
     /// Empty queues.
     pub fn new() -> Self {
-        ExpQueues { buckets: Box::new([EMPTY; BUCKETS]), wild: EMPTY, next_sn: 0, count: 0 }
+        ExpQueues { buckets: Box::new([EMPTY; BUCKETS]), wild: EMPTY, next_sn: 0, count: 0, offloaded: 0 }
     }
 
     /// Number of posted receives waiting.
@@ -235,6 +253,27 @@ impl ExpQueues {
     /// True when no receive waits.
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// Number of waiting receives that are not offloaded: while there is one, no later
+    /// receive may be offloaded (the transport would match before software sees a message
+    /// that receive should take).
+    pub fn sw_only(&self) -> usize {
+        self.count - self.offloaded
+    }
+
+    /// Marks the waiting receive in slot `i` as offloaded (`on`) or not.
+    pub fn set_offloaded(&mut self, s: &mut (impl ExpStore + ?Sized), i: u32, on: bool) {
+        let e = s.exp_entry(i);
+        if !e.posted || e.offloaded == on {
+            return;
+        }
+        e.offloaded = on;
+        if on {
+            self.offloaded += 1;
+        } else {
+            self.offloaded -= 1;
+        }
     }
 
     /// Queues a receive for `(tag, mask)` about to be stored in slot `i` (which the store does
@@ -254,7 +293,7 @@ impl ExpQueues {
         }
         list.tail = i;
         self.count += 1;
-        ExpEntry { tag: tag & mask, mask, sn, links: Links { prev, next: NIL }, posted: true }
+        ExpEntry { tag: tag & mask, mask, sn, links: Links { prev, next: NIL }, posted: true, offloaded: false }
     }
 
     /// A message tagged `tag` arrived: unlinks the earliest-posted matching receive and returns
@@ -274,6 +313,7 @@ impl ExpQueues {
                 // Off the front of the bucket (its links are left as they are: an entry that
                 // is not posted has none that count).
                 e.posted = false;
+                self.offloaded -= e.offloaded as usize;
                 let next = e.links.next;
                 let bucket = &mut self.buckets[b];
                 bucket.head = next;
@@ -328,6 +368,7 @@ impl ExpQueues {
         let list = if e.mask == FULL_MASK { &mut self.buckets[bucket_index(e.tag)] } else { &mut self.wild };
         unlink(&mut ExpLinks(&mut *s), list, i);
         s.exp_entry(i).posted = false;
+        self.offloaded -= e.offloaded as usize;
         self.count -= 1;
     }
 

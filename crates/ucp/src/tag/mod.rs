@@ -21,6 +21,7 @@ use ucs::idtable::{Id, IdTable};
 use crate::request::Rts;
 
 pub mod matcher;
+pub(crate) mod offload;
 mod probe;
 pub(crate) mod recv;
 
@@ -75,6 +76,8 @@ pub(crate) struct TagState {
     pub frag_bufs: Vec<Vec<u8>>,
     /// Messages taken out by a probe, waiting for `msg_recv`.
     pub probed: IdTable<(Tag, Unexp)>,
+    /// Receives posted to a transport's tag matching.
+    pub offload: offload::Offload,
 }
 
 impl TagState {

@@ -54,6 +54,7 @@ impl TagState {
         st.exp = exp;
         let rid = reqs.tab.insert(st);
         debug_assert_eq!(rid.index(), at, "the request took another slot than the queues were told");
+        self.try_offload(sh, rid, tag, mask, &buf, hint);
         Ok(RecvOut::Req(rid))
     }
 
@@ -137,6 +138,14 @@ impl TagState {
         }
     }
 
+    /// Takes the earliest receive posted for `tag` off the expected queues, cancelling it in
+    /// the transport's tag matching if it was posted there too.
+    fn take_expected<L: Clone>(&mut self, sh: &mut Shared<L>, tag: Tag) -> Option<Id> {
+        let rid = sh.reqs.take_expected(tag)?;
+        self.shadow_taken(sh, rid);
+        Some(rid)
+    }
+
     /// Tells the sender of a synchronous message of `tag` (endpoint `ep`, request `sreq`) that
     /// it matched. `sreq` 0 ([`OFFLOAD_SREQ`]): it came through the tag lane, which carries no
     /// request id; the acknowledgement names the tag.
@@ -189,6 +198,11 @@ impl TagState {
                 self.unexpected_eager(sh, tag, m, len::EAGER_ONLY, None);
                 None
             }
+            Delivered::Offloaded(rid) => {
+                self.shadow_taken(sh, rid);
+                self.deliver_whole(sh, rid, tag, payload, None);
+                None
+            }
         }
     }
 
@@ -213,7 +227,7 @@ impl TagState {
             Ok(v) => v,
             Err(e) => return malformed(e),
         };
-        match sh.reqs.take_expected(tag) {
+        match self.take_expected(sh, tag) {
             Some(rid) => self.deliver_whole(sh, rid, tag, payload, Some((ep, sreq))),
             None => self.unexpected_eager(sh, tag, m, len::EAGER_SYNC_ONLY, Some((ep, sreq))),
         }
@@ -224,7 +238,7 @@ impl TagState {
         let wire::EagerFirstHdr { tag, ep, msg_id, total, sreq } = h;
         let key = (ep, msg_id);
         let sync = sreq.map(|s| (ep, s));
-        match sh.reqs.take_expected(tag) {
+        match self.take_expected(sh, tag) {
             Some(rid) if payload.len() == total => self.deliver_whole(sh, rid, tag, payload, sync),
             Some(rid) => {
                 let Some(st) = sh.reqs.tab.get_mut(rid) else { return };
@@ -313,7 +327,7 @@ impl TagState {
     pub(crate) fn on_rts<L: Clone>(&mut self, sh: &mut Shared<L>, h: wire::RtsHdr) {
         let tag = h.tag;
         let rts = Rts::from(h);
-        match sh.reqs.take_expected(tag) {
+        match self.take_expected(sh, tag) {
             Some(rid) => {
                 if let Some(r) = sh.reqs.tab.get_mut(rid) {
                     r.info = RecvInfo { length: rts.size, sender_tag: tag };
@@ -341,7 +355,7 @@ impl TagState {
         sh.counts.offload_rx_eager += 1;
         if imm != 0 {
             let sync = Some((imm, OFFLOAD_SREQ));
-            match sh.reqs.take_expected(stag) {
+            match self.take_expected(sh, stag) {
                 Some(rid) => self.deliver_whole(sh, rid, stag, m.data(), sync),
                 None => self.unexpected_eager(sh, stag, m, 0, sync),
             }
@@ -355,6 +369,13 @@ impl TagState {
             }
             Delivered::NoMatch => {
                 self.unexpected_eager(sh, stag, m, 0, None);
+                None
+            }
+            Delivered::Offloaded(rid) => {
+                // (Posted to the transport with a stale unexpected count, or just now: the
+                // transport left it unmatched.)
+                self.shadow_taken(sh, rid);
+                self.deliver_whole(sh, rid, stag, m.data(), None);
                 None
             }
         }

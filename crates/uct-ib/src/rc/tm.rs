@@ -106,6 +106,8 @@ struct TagRecv {
     tag: u64,
     imm: u64,
     sw_rndv: bool,
+    /// A software rendezvous request's header, whole (the buffer may be shorter).
+    rndv_hdr: Option<Vec<u8>>,
     /// Matched: it can no longer be cancelled.
     consumed: bool,
     /// A cancel that waits for its DEL's completion.
@@ -298,6 +300,7 @@ impl RcTm {
                 tag: 0,
                 imm: 0,
                 sw_rndv: false,
+                rndv_hdr: None,
                 consumed: false,
                 cancelling: false,
             };
@@ -390,6 +393,10 @@ impl RcTm {
                     Some(rv) if n <= rv.len && from + n <= msg.len() => {
                         rv.imm = if with_imm { (app_ctx as u64) << 32 | imm_lo as u64 } else { 0 };
                         rv.sw_rndv = with_imm && rv.imm == 0;
+                        if rv.sw_rndv {
+                            // Software gets the whole request, however short the buffer.
+                            rv.rndv_hdr = msg.get(from..).map(<[u8]>::to_vec);
+                        }
                         rv.consumed = true;
                         // SAFETY: the posted buffer is valid for `rv.len >= n` bytes until the
                         // receive completes (the caller of `recv_post` promised); the source
@@ -484,9 +491,9 @@ impl RcTm {
         // its first `n <= rv.len` bytes were written (placed or read) before it.
         let placed = || unsafe { std::slice::from_raw_parts(rv.buf as *const u8, n) };
         match c.status {
-            CqeStatus::Success if rv.sw_rndv => {
+            CqeStatus::Success | CqeStatus::LocLenErr if rv.sw_rndv => {
                 self.count(|s| s.rx_exp_rndv_req += 1);
-                (rv.ctx.rndv)(rv.tag, placed(), Status::Ok)
+                (rv.ctx.rndv)(rv.tag, rv.rndv_hdr.as_deref().unwrap_or_else(placed), Status::Ok)
             }
             CqeStatus::Success => (rv.ctx.completed)(rv.tag, rv.imm, n, Status::Ok),
             CqeStatus::LocLenErr => (rv.ctx.completed)(rv.tag, rv.imm, n, Status::MessageTruncated),

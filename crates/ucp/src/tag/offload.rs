@@ -1,0 +1,216 @@
+//! Receives posted to a transport's tag matching (UCX's `src/ucp/tag/offload.c`): the engine's
+//! half, sans-IO. Which receives may go ([`TagState::try_offload`]), the transport's reports
+//! (matched, completed, handed back as a rendezvous, cancelled), and the shadow rule: an
+//! offloaded receive stays on the software expected queues, and a software match of it (a
+//! message that came another way, or one the transport left unexpected) cancels it in the
+//! transport first ([`TagState::shadow_taken`]). The driver posts and cancels
+//! ([`Action::TagPost`], [`Action::TagCancel`]) and reports back.
+//!
+//! A receive may be posted when, as UCX's rules (`ucp_tag_offload_try_post`) require:
+//! * a tagged message came through the interface's tag matching already (activation; until
+//!   then the transport passes every tagged message to software);
+//! * it is at least `UCX_TM_THRESH` bytes, one contiguous buffer, with a full mask;
+//! * every receive posted before it that is still waiting is offloaded too: the transport
+//!   matches before software sees a message, so it must never hold a receive that a
+//!   software-only receive posted earlier should take first (UCX counts per hash bucket and
+//!   lets partial masks that name a sender through; this is the conservative form);
+//! * the transport has room (its `recv_max_outstanding`).
+//!
+//! Not here yet: UCX's bounce buffers for short receives (`UCX_TM_MAX_BB_SIZE`) and the push
+//! of earlier software receives for large ones (`UCX_TM_FORCE_THRESH`).
+
+use ucs::idtable::Id;
+use ucs::Status;
+
+use super::{Tag, TagState};
+use crate::dt::UserBuf;
+use crate::engine::{Action, Shared};
+use crate::proto::rndv;
+use crate::request::{RecvInfo, ReqKind, ReqState, Rts};
+use crate::tag::matcher::FULL_MASK;
+use crate::wire;
+
+/// The offload state of a worker.
+#[derive(Debug, Default)]
+pub(crate) struct Offload {
+    /// The interface receives go to, and how many it takes at most: set when the first
+    /// tagged message comes through its tag matching.
+    iface: Option<(usize, usize)>,
+    /// Receives posted there now (reported neither completed nor cancelled).
+    posted: usize,
+    /// `UCX_TM_THRESH`.
+    thresh: usize,
+}
+
+impl TagState {
+    /// A tagged message came through the tag matching of interface `iface`, which takes up to
+    /// `max` receives: receives may be offloaded from now on (the first such interface).
+    pub fn offload_activate(&mut self, iface: usize, max: usize, thresh: usize) {
+        if self.offload.iface.is_none() && max > 0 {
+            tracing::debug!(iface, max, thresh, "ucp: tag offload activated");
+            self.offload.iface = Some((iface, max));
+            self.offload.thresh = thresh;
+        }
+    }
+
+    /// Receive `rid` for `tag`/`mask` into `buf` was just queued: posts it to the transport
+    /// too when the rules allow.
+    pub(crate) fn try_offload<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        rid: Id,
+        tag: Tag,
+        mask: Tag,
+        buf: &UserBuf,
+        hint: Option<Id>,
+    ) {
+        let Some((iface, max)) = self.offload.iface else { return };
+        if mask != FULL_MASK || buf.len() < self.offload.thresh || self.offload.posted >= max {
+            return;
+        }
+        let Some(seg) = buf.contig_seg() else { return };
+        // It is the only receive waiting that is not offloaded.
+        if sh.reqs.exp.sw_only() != 1 {
+            return;
+        }
+        let reqs = &mut sh.reqs;
+        reqs.exp.set_offloaded(&mut reqs.tab, rid.index(), true);
+        self.offload.posted += 1;
+        sh.counts.offload_posted += 1;
+        sh.push(Action::TagPost { rid, iface, tag, seg, hint });
+    }
+
+    /// The transport refused receive `rid`: it stays a software receive.
+    pub fn offload_post_failed<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) {
+        let reqs = &mut sh.reqs;
+        if reqs.tab.get(rid).is_some_and(|r| r.exp.is_offloaded()) {
+            reqs.exp.set_offloaded(&mut reqs.tab, rid.index(), false);
+            self.offload.posted = self.offload.posted.saturating_sub(1);
+            sh.counts.offload_posted -= 1;
+            sh.counts.offload_refused += 1;
+        }
+    }
+
+    /// Software took receive `rid` off the expected queues (a message matched it): if it was
+    /// offloaded, the transport's copy is cancelled first, forced (no report).
+    pub(crate) fn shadow_taken<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) {
+        if sh.reqs.tab.get(rid).is_some_and(|r| r.exp.is_offloaded()) {
+            if let Some(r) = sh.reqs.tab.get_mut(rid) {
+                r.exp = clear_offloaded(r.exp);
+            }
+            self.offload.posted = self.offload.posted.saturating_sub(1);
+            sh.counts.offload_sw_matched += 1;
+            sh.push(Action::TagCancel { rid, force: true });
+        }
+    }
+
+    /// The transport matched offloaded receive `rid` (`tag_consumed`): it leaves the software
+    /// queues; its data completes it ([`TagState::offload_completed`], [`TagState::offload_rndv`]).
+    pub fn offload_consumed<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) {
+        let reqs = &mut sh.reqs;
+        if reqs.tab.get(rid).is_some_and(|r| r.exp.is_offloaded() && r.exp.is_posted()) {
+            reqs.exp.remove(&mut reqs.tab, rid.index());
+            sh.counts.offload_matched += 1;
+        }
+    }
+
+    /// Offloaded receive `rid` completed in the transport: a message of `len` bytes tagged
+    /// `tag` with immediate value `imm` (not 0: synchronous, naming the endpoint to
+    /// acknowledge on) is in the buffer; or `status` says it was cancelled or failed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn offload_completed<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        rid: Id,
+        tag: Tag,
+        imm: u64,
+        len: usize,
+        status: Status,
+    ) {
+        if !self.offload_done(sh, rid) {
+            return;
+        }
+        if status == Status::Canceled {
+            sh.finish(rid, Status::Canceled);
+            return;
+        }
+        if matches!(status, Status::Ok | Status::MessageTruncated) && imm != 0 {
+            self.sync_ack_offload(sh, imm, tag);
+        }
+        if let Some(r) = sh.reqs.tab.get_mut(rid) {
+            r.info = RecvInfo { length: len, sender_tag: tag };
+        }
+        sh.finish(rid, status);
+    }
+
+    /// Offloaded receive `rid` met a rendezvous the transport leaves to software (a software
+    /// request, or one larger than the buffer): `header` is the sender's RTS.
+    pub fn offload_rndv<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id, tag: Tag, header: &[u8]) {
+        if !self.offload_done(sh, rid) {
+            return;
+        }
+        let h = match wire::RtsHdr::decode(header) {
+            Ok(h) if h.tag == tag => h,
+            Ok(h) => {
+                tracing::warn!(tag, rts_tag = h.tag, "ucp: an offloaded rendezvous whose RTS names another tag");
+                return sh.finish(rid, Status::IoError);
+            }
+            Err(e) => {
+                tracing::warn!("ucp: an offloaded rendezvous request: {e}");
+                return sh.finish(rid, Status::IoError);
+            }
+        };
+        sh.counts.offload_rx_sw_rndv += 1;
+        let rts = Rts::from(h);
+        if let Some(r) = sh.reqs.tab.get_mut(rid) {
+            r.info = RecvInfo { length: rts.size, sender_tag: tag };
+        }
+        rndv::matched(sh, rid, rts);
+    }
+
+    /// The user cancels receive `rid`: true when it is offloaded (the transport cancels it and
+    /// reports; or it matched there already and completes), false for a software receive.
+    pub fn offload_cancel<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) -> bool {
+        let Some(r) = sh.reqs.tab.get(rid) else { return false };
+        if !r.exp.is_offloaded() || r.status != Status::InProgress {
+            return false;
+        }
+        if r.exp.is_posted() {
+            sh.push(Action::TagCancel { rid, force: false });
+        }
+        true
+    }
+
+    /// A report ends offloaded receive `rid`: false when it names no such receive.
+    fn offload_done<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) -> bool {
+        match sh.reqs.tab.get(rid) {
+            Some(ReqState { kind: ReqKind::Recv(_), status: Status::InProgress, exp, .. }) if exp.is_offloaded() => {}
+            _ => {
+                tracing::warn!("ucp: a tag-offload report for a receive that is not offloaded; ignored");
+                return false;
+            }
+        }
+        // (Off the queues, if the cancel or the match did not take it off yet.)
+        let reqs = &mut sh.reqs;
+        reqs.exp.remove(&mut reqs.tab, rid.index());
+        if let Some(r) = reqs.tab.get_mut(rid) {
+            r.exp = clear_offloaded(r.exp);
+        }
+        self.offload.posted = self.offload.posted.saturating_sub(1);
+        true
+    }
+
+    /// Acknowledges a synchronous message that matched in the transport (`imm`: this side's
+    /// endpoint to its sender).
+    fn sync_ack_offload<L: Clone>(&mut self, sh: &mut Shared<L>, imm: u64, tag: Tag) {
+        let Some(id) = sh.ep_from_wire(imm, "offloaded eager sync") else { return };
+        let Some(remote) = sh.eps.get(id).map(|e| e.remote_id) else { return };
+        sh.send_ctrl(id, wire::Ctrl::OffloadSyncAck(wire::OffloadSyncAck { ep: remote, tag }));
+    }
+}
+
+/// `e` without its offloaded mark (for an entry off the queues: the queues' count is not
+/// concerned).
+fn clear_offloaded(e: crate::tag::matcher::ExpEntry) -> crate::tag::matcher::ExpEntry {
+    e.without_offload()
+}
