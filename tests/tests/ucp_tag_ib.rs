@@ -104,6 +104,61 @@ fn over_rc_with_tag_matching() {
     }
 }
 
+/// The race of tag offload, resolved in software: a receive posted while software has not yet
+/// counted an unexpected message that the transport's tag matching already saw (here: from
+/// the completion callback of the receive that message matched in software) goes to the
+/// transport with a stale count, which keeps it disabled; the next message for it comes through
+/// the unexpected handler, software finds the offloaded receive on its queues, cancels it in the
+/// transport and delivers into it.
+#[test]
+fn a_receive_the_transport_left_disabled_is_matched_in_software() {
+    use std::sync::Mutex;
+    static R2: Mutex<Option<(ucs::Status, usize, u64)>> = Mutex::new(None);
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    let tls = "rc_v,ud_v";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = [("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
+    let w: &'static Worker =
+        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
+    let mut s = RemoteSender::spawn(w, tls, &cfg);
+    let lanes = s.lanes(w);
+    assert!(lanes.split(' ').any(|l| l == "tag=rc_verbs"), "{lanes}");
+    let r1: &'static mut [u8] = Box::leak(vec![0u8; 8].into_boxed_slice());
+    let r2 = Box::leak(vec![0u8; 4096].into_boxed_slice()).as_mut_ptr() as usize;
+    // R1: below UCX_TM_THRESH, so software only; its completion posts R2 (4 KiB: offloaded).
+    let param = RequestParam::new().callback(move |st, _| {
+        assert_eq!(st, ucs::Status::Ok);
+        // SAFETY: R2's buffer is leaked: valid for the rest of the process.
+        let data = RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(r2 as *mut u8, 4096) });
+        let p2 =
+            RequestParam::new().callback(|st, info| *R2.lock().unwrap() = Some((st, info.length, info.sender_tag)));
+        // SAFETY: as above.
+        let posted = unsafe { w.tag_recv_nbx(data, 2, FULL_MASK, p2) };
+        assert!(posted.is_ok(), "posting from a completion callback: {:?}", posted.err());
+    });
+    // SAFETY: R1's buffer is leaked.
+    let first = unsafe { w.tag_recv_nbx(RecvData::Contig(r1), 1, FULL_MASK, param) };
+    assert!(first.is_ok());
+    s.send(w, 1, 8, 1, false);
+    s.send(w, 2, 4096, 2, false);
+    let t = std::time::Instant::now();
+    while R2.lock().unwrap().is_none() {
+        w.progress();
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "the second receive did not complete");
+    }
+    s.flush(w);
+    assert_eq!(*R2.lock().unwrap(), Some((ucs::Status::Ok, 4096, 2)));
+    // SAFETY: the receive completed; nothing writes the buffer any more.
+    let got = unsafe { std::slice::from_raw_parts(r2 as *const u8, 4096) };
+    assert!(got == pattern(4096, 2).as_slice(), "the second message's data differs");
+    let c = w.proto_counts();
+    eprintln!("{c:?}");
+    assert!(c.offload_posted >= 1, "the second receive was not offloaded: {c:?}");
+    assert!(c.offload_sw_matched >= 1, "software did not take the offloaded receive: {c:?}");
+}
+
 #[test]
 fn over_rc_wired_up_through_ud() {
     run("rc_v,ud_v", &["am=rc_verbs", "wireup=ud_verbs", "rndv=rc_verbs"], 100);
