@@ -70,12 +70,14 @@ fn over_rc_with_tag_matching() {
     let tls = "rc_v,ud_v";
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Each configuration with UCX's TM_THRESH (receives of 1 KiB and more may be posted to the
-    // transport) and with every receive eligible.
-    let runs = CONFIGS.iter().flat_map(|&(name, cfg)| [(name, cfg, "1024"), (name, cfg, "0")]);
-    for (name, cfg, thresh) in runs {
-        let mut all: Vec<(&str, &str)> = vec![("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512"), ("TM_THRESH", thresh)];
+    // transport) and rendezvous as software requests (TM_SW_RNDV=y), and with every receive
+    // eligible and rendezvous offloaded (the receiver's transport reads).
+    let runs = CONFIGS.iter().flat_map(|&(name, cfg)| [(name, cfg, "1024", "y"), (name, cfg, "0", "n")]);
+    for (name, cfg, thresh, sw_rndv) in runs {
+        let mut all: Vec<(&str, &str)> =
+            vec![("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512"), ("TM_THRESH", thresh), ("TM_SW_RNDV", sw_rndv)];
         all.extend_from_slice(cfg);
-        let name = format!("{name}, TM_THRESH={thresh}");
+        let name = format!("{name}, TM_THRESH={thresh}, TM_SW_RNDV={sw_rndv}");
         let w: &'static Worker =
             Box::leak(Box::new(Worker::new(&context(tls, &all), &WorkerParams::new("receiver")).unwrap()));
         let mut s = RemoteSender::spawn(w, tls, &all);
@@ -94,8 +96,13 @@ fn over_rc_with_tag_matching() {
         assert!(c.offload_rx_eager > 0, "nothing came through tag matching: {c:?}");
         assert!(!sent.contains("offload_eager: 0,"), "the peer sent nothing through its tag lane: {sent}");
         assert!(sent.contains("eager_multi: 0,"), "no fragments through tag matching: {sent}");
-        if name.starts_with("rndv") {
+        if name.starts_with("rndv") && sw_rndv == "y" {
             assert!(c.offload_rx_sw_rndv > 0, "no rendezvous request through tag matching: {c:?}");
+        }
+        if sw_rndv == "n" {
+            assert!(!sent.contains("offload_hw_rndv: 0,"), "no offloaded rendezvous: {sent}");
+        } else {
+            assert!(sent.contains("offload_hw_rndv: 0,"), "offloaded rendezvous with TM_SW_RNDV=y: {sent}");
         }
         if thresh == "0" {
             assert!(c.offload_posted > 0 && c.offload_matched > 0, "no receive matched in the transport: {c:?}");

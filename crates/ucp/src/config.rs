@@ -64,6 +64,9 @@ ucs::config_table! {
         pub tm_thresh: MemUnits = ("TM_THRESH", "1024",
             "Threshold for using tag matching offload capabilities.\n \
              Smaller buffers will not be posted to the transport."),
+        pub tm_sw_rndv: bool = ("TM_SW_RNDV", "n",
+            "Use software rendezvous protocol with tag offload. If enabled, tag offload mode will\n \
+             be used for messages sent with eager protocol only."),
         pub max_eager_lanes: u32 = ("MAX_EAGER_LANES", "1", "Maximal number of devices on which an eager operation may be executed."),
         pub max_rndv_lanes: u32 = ("MAX_RNDV_LANES", "1", "Maximal number of devices on which a rendezvous operation may be executed."),
         pub keepalive_interval: std::time::Duration = ("KEEPALIVE_INTERVAL", "20s", "Time interval between keepalive rounds (0: no keepalive)."),
@@ -228,6 +231,8 @@ pub struct ContextConfig {
     /// `UCX_TM_THRESH`: receives from this size on may be posted to a transport's tag
     /// matching (`usize::MAX`: never).
     pub tm_thresh: usize,
+    /// `UCX_TM_SW_RNDV`: rendezvous through the tag lane as software requests only.
+    pub tm_sw_rndv: bool,
     /// `UCX_MAX_EAGER_LANES`.
     pub max_eager_lanes: usize,
     /// `UCX_MAX_RNDV_LANES`.
@@ -297,6 +302,7 @@ impl ContextConfig {
                 MemUnits::Inf => usize::MAX,
                 MemUnits::Auto => 1024,
             },
+            tm_sw_rndv: t.tm_sw_rndv,
             max_eager_lanes: t.max_eager_lanes as usize,
             max_rndv_lanes: t.max_rndv_lanes as usize,
             keepalive_interval: t.keepalive_interval,

@@ -391,6 +391,18 @@ fn rendezvous_read_by_the_receiver_then_fin() {
     wait(&worker, "incomplete rendezvous", || log3.borrow().len() == 2);
     assert_eq!(log3.borrow()[1], Ev::Rndv { tag: 0x5, header: b"too big".to_vec(), status: Status::Ok });
     ab.tag_rndv_cancel(op).unwrap();
+    // Into a buffer shorter than the request's headers: the user header still comes whole.
+    let log6: Log<Ev> = Rc::default();
+    let mut tiny6 = buf(&md, 8, 0);
+    // SAFETY: as above.
+    unsafe { b.iface.tag_recv_zcopy(0xa, u64::MAX, &tiny6.iov(8), ctx(&log6)).unwrap() };
+    let comp6 = Completion::new(1, |_| {});
+    // SAFETY: as above.
+    let op = unsafe { ab.tag_rndv_zcopy(0xa, b"header, whole", &siov, SendFlags::empty(), Some(&comp6)) };
+    let Ok(Outcome::Done(op)) = op else { panic!("{op:?}") };
+    wait(&worker, "incomplete rendezvous into 8 bytes", || log6.borrow().len() == 2);
+    assert_eq!(log6.borrow()[1], Ev::Rndv { tag: 0xa, header: b"header, whole".to_vec(), status: Status::Ok });
+    ab.tag_rndv_cancel(op).unwrap();
 
     // A software rendezvous request: expected, then unexpected.
     let log4: Log<Ev> = Rc::default();
@@ -422,7 +434,7 @@ fn rendezvous_read_by_the_receiver_then_fin() {
     assert_eq!(b.unexp.borrow()[2], Unexp::Rndv { stag: 0x8, header: big, remote_addr: 0, length: 0, rkey: vec![] });
     let (sa, sb) = (a.iface.tm_stats().unwrap(), b.iface.tm_stats().unwrap());
     assert_eq!(sa.rx_rndv_fin, 1);
-    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (4, 1, 2, 2));
+    assert_eq!((sb.rx_exp, sb.rx_unexp_rndv, sb.rx_exp_rndv_req, sb.rx_unexp_rndv_req), (5, 1, 2, 2));
 }
 
 #[test]

@@ -189,6 +189,8 @@ impl Core {
                 _ => TxResult::of(TxStatus::Failed(Status::InvalidParam)),
             },
             TxOp::RmaGetData { reply, len } => self.exec_get_data(lanes, reply, *len),
+            // (Only on the tag lane.)
+            TxOp::TagRndv { .. } => TxResult::of(TxStatus::Failed(Status::InvalidParam)),
             TxOp::Flush { token } => match tx.lane {
                 crate::engine::Lane::Uct(l) => self.exec_flush(lanes, l, *token),
                 _ => TxResult::of(TxStatus::Done),
@@ -217,6 +219,36 @@ impl Core {
                 r.keyed = !hdr.rkey.is_empty();
                 r.memh = memh;
                 r
+            }
+            TxOp::TagRndv { tag, hdr, mem, token } => {
+                let Some(t) = lanes.tag else { return TxResult::of(TxStatus::Failed(Status::InvalidParam)) };
+                let iface = lanes.uct_eps[t as usize].pair.local;
+                let (memh, new) = match &mem.memh {
+                    Some(m) => (m.clone(), false),
+                    None => match self.memh_for(mem.hint, iface, mem.seg) {
+                        Ok(m) => (m, true),
+                        Err(e) => return TxResult::of(TxStatus::Failed(e)),
+                    },
+                };
+                let (comp, _) = self.zc_completion(*token);
+                let iov = [uct::Iov::new(mem.seg.ptr, mem.seg.len, Some(&memh))];
+                // SAFETY: the user's buffer stays valid and unmodified until the send completes
+                // (the contract of its `UserBuf`); the engine completes it only after the
+                // transport's completion (the FIN) or once the operation was cancelled after
+                // the receiver finished in software; the registration lives in the request.
+                let r = unsafe { ep.tag_rndv_zcopy(*tag, &hdr.to_bytes(), &iov, uct::SendFlags::empty(), Some(&comp)) };
+                let mut res = match r {
+                    Ok(ucs::Outcome::Done(op)) => {
+                        let mut x = TxResult::of(TxStatus::Started);
+                        x.tm_op = Some(op.0);
+                        x
+                    }
+                    Ok(ucs::Outcome::InProgress) => TxResult::of(TxStatus::Started),
+                    Ok(ucs::Outcome::NoResource) => TxResult::of(TxStatus::NoResource),
+                    Err(e) => TxResult::of(TxStatus::Failed(e)),
+                };
+                res.memh = new.then_some(memh);
+                res
             }
             _ => {
                 tracing::error!("ucp: an operation other than a tagged send on the tag lane");

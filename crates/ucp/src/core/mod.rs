@@ -222,6 +222,14 @@ impl Core {
             Action::Drop(ext) => drop(ext),
             Action::TagPost { rid, iface, tag, seg, hint } => self.tag_post(rid, iface, tag, seg, hint),
             Action::TagCancel { rid, force } => self.tag_cancel(rid, force),
+            Action::TagRndvCancel { ep, op } => {
+                let io = self.engine.borrow().sh.eps.get(ep).map(|s| s.io.clone());
+                if let Some(io) = io {
+                    if let Err(e) = io.uct(crate::engine::Lane::Tag).tag_rndv_cancel(uct::RndvOp(op)) {
+                        tracing::debug!("ucp: offloaded rendezvous {op:#x} was not outstanding: {e}");
+                    }
+                }
+            }
         }
     }
 

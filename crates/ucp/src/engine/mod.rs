@@ -86,6 +86,10 @@ pub struct ProtoCounts {
     pub offload_sw_matched: u64,
     /// Receives the transport refused to take (UCX's `block_tag_exceed`).
     pub offload_refused: u64,
+    /// Offloaded rendezvous sends, the data read by the receiver's transport (sender).
+    pub offload_hw_rndv: u64,
+    /// Offloaded rendezvous requests that came unexpected (receiver).
+    pub offload_rx_hw_rndv: u64,
 }
 
 /// Work the engine leaves to its driver, in order.
@@ -118,6 +122,9 @@ pub(crate) enum Action<L> {
     /// Cancel receive `rid` in the transport's tag matching: `force`, at once and without a
     /// report (software took it); else its completion reports `Canceled` (or the match).
     TagCancel { rid: Id, force: bool },
+    /// Forget offloaded rendezvous `op` on the tag lane of endpoint `ep` (the receiver answered
+    /// in software): its completion will not come.
+    TagRndvCancel { ep: Id, op: u64 },
 }
 
 impl<L> std::fmt::Debug for Action<L> {
@@ -135,6 +142,7 @@ impl<L> std::fmt::Debug for Action<L> {
             Action::Drop(_) => write!(f, "Drop"),
             Action::TagPost { rid, tag, .. } => write!(f, "TagPost({rid:?}, {tag:#x})"),
             Action::TagCancel { rid, force } => write!(f, "TagCancel({rid:?}, force: {force})"),
+            Action::TagRndvCancel { ep, op } => write!(f, "TagRndvCancel({ep:?}, {op:#x})"),
         }
     }
 }

@@ -46,6 +46,9 @@ pub(crate) enum ZcDone {
     Rma { rid: Id },
     /// The flush of the current lane of endpoint `ep`.
     Flush { ep: Id },
+    /// The offloaded rendezvous of send `rid` (the receiver's transport read the data and
+    /// sent its FIN, or it failed).
+    TagRndv { rid: Id },
 }
 
 /// Memory a transmission exposes or uses zero-copy: the user buffer (what a registration
@@ -90,6 +93,11 @@ pub(crate) enum TxOp {
     /// `len` bytes of an emulated get's reply, from the target's mapped memory (the driver
     /// checks the region is still mapped, else sends the refusal).
     RmaGetData { reply: crate::rma::sw::GetReply, len: usize },
+    /// An offloaded rendezvous through the tag lane (`tag_rndv_zcopy`): `hdr` for software
+    /// at the receiver, the data in `mem` (registered on the tag lane), read by the receiver's
+    /// transport; the completion (its FIN) reports `token`, the started operation comes back
+    /// in [`TxResult::tm_op`].
+    TagRndv { tag: crate::tag::Tag, hdr: wire::OffloadRndvHdr, mem: Mem, token: ZcDone },
 }
 
 /// What a transmission advances, so the engine can check it still applies when it returns.
@@ -140,12 +148,14 @@ pub(crate) struct TxResult {
     pub memh: Option<uct::MemH>,
     /// For an RTS or RTR: whether a key went with it.
     pub keyed: bool,
+    /// For an offloaded rendezvous: the transport's handle of the operation (to cancel it).
+    pub tm_op: Option<u64>,
 }
 
 impl TxResult {
     /// A result without registration.
     pub fn of(status: TxStatus) -> TxResult {
-        TxResult { status, memh: None, keyed: false }
+        TxResult { status, memh: None, keyed: false, tm_op: None }
     }
 
     /// The result of a uct operation.

@@ -49,6 +49,10 @@ pub(crate) struct TagLaneCaps {
     /// Payloads up to this go with `tag_eager_bcopy` (one message: there are no fragments
     /// through tag matching); larger ones go rendezvous.
     pub bcopy_max: usize,
+    /// Contiguous rendezvous up to this size are offloaded (`tag_rndv_zcopy`: the receiver's
+    /// transport reads the data); 0: every rendezvous goes as a software request
+    /// (`UCX_TM_SW_RNDV`, or the lane cannot).
+    pub hw_rndv_max: usize,
 }
 
 /// The transports of an endpoint's lanes, as [`EpConfig::new`] needs them.
@@ -112,7 +116,14 @@ impl EpConfig {
                 if let Thresh::Fixed(t) = cfg.bcopy_thresh {
                     short_max = short_max.and_then(|m| t.checked_sub(1).map(|u| m.min(u)));
                 }
-                TagLaneCaps { short_max, bcopy_max: a.tag.eager.max_bcopy }
+                let hw = a.flags.contains(uct::IfaceFlags::TAG_RNDV_ZCOPY)
+                    && !cfg.tm_sw_rndv
+                    && a.tag.rndv.max_hdr >= wire::OffloadRndvHdr::LEN;
+                TagLaneCaps {
+                    short_max,
+                    bcopy_max: a.tag.eager.max_bcopy,
+                    hw_rndv_max: if hw { a.tag.rndv.max_zcopy } else { 0 },
+                }
             }),
         }
     }

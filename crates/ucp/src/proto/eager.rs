@@ -149,6 +149,15 @@ pub(crate) fn send_next<L>(reqs: &mut Reqs, ep: &EpState<L>, rid: Id) -> Next {
                 // Set before the RTS goes: over a loop-back transport the answer arrives
                 // inside the send call.
                 s.phase = SendPhase::Rts { sent: false };
+                if let (Lane::Tag, Some(seg), Some(t)) = (lane, seg, cfg.tag) {
+                    if total > 0 && total <= t.hw_rndv_max {
+                        // Offloaded: the receiver's transport reads, or its software answers.
+                        let hdr = wire::OffloadRndvHdr { ep: rep, sreq, size: total };
+                        let mem = Mem { seg, memh: s.zc.as_ref().and_then(|z| z.memh.clone()), hint: s.hint() };
+                        let op = TxOp::TagRndv { tag, hdr, mem, token: ZcDone::TagRndv { rid } };
+                        return Next::Tx(lane, op, of(0, total));
+                    }
+                }
                 let hdr = wire::RtsHdr {
                     tag,
                     ep: rep,
@@ -213,7 +222,7 @@ pub(crate) fn send_done<L: Clone>(
     }
     let started = match res.status {
         TxStatus::NoResource => {
-            if matches!(op, TxOp::Rts { .. }) && s.phase == (SendPhase::Rts { sent: false }) {
+            if matches!(op, TxOp::Rts { .. } | TxOp::TagRndv { .. }) && s.phase == (SendPhase::Rts { sent: false }) {
                 s.phase = SendPhase::Queued;
             }
             return Step::Blocked;
@@ -253,6 +262,16 @@ pub(crate) fn send_done<L: Clone>(
                 }
             }
             sent_all(sh, rid);
+            Step::Finished
+        }
+        (TxOp::TagRndv { .. }, phase) => {
+            sh.counts.offload_hw_rndv += 1;
+            if let Some(op) = res.tm_op {
+                zc_mut(&sh.zc_pool, &mut s.zc).tm_op = Some(op);
+            }
+            if phase == (SendPhase::Rts { sent: false }) {
+                s.phase = SendPhase::Rts { sent: true };
+            }
             Step::Finished
         }
         (TxOp::Rts { .. }, phase) => {

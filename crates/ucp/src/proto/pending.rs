@@ -357,6 +357,7 @@ impl<L: Clone> Shared<L> {
             ZcDone::Put { ep, sreq, rreq } => rndv::put_complete(self, ep, sreq, rreq, status),
             ZcDone::Rma { rid } => crate::rma::zc_done(self, rid, status),
             ZcDone::Flush { ep } => self.flush_lane_complete(ep, status),
+            ZcDone::TagRndv { rid } => rndv::tag_rndv_done(self, rid, status),
         }
     }
 }

@@ -225,13 +225,37 @@ pub(crate) fn put_complete<L: Clone>(sh: &mut Shared<L>, ep_id: Id, sreq: Id, rr
 /// ATS: the receiver is done with our buffer (or gave up).
 pub(crate) fn on_ats<L: Clone>(sh: &mut Shared<L>, h: wire::Ats) {
     let Some(rid) = sh.sreq_from_wire(h.sreq, "rndv ats") else { return };
+    forget_offloaded(sh, rid);
     sh.finish(rid, if h.status == Status::MessageTruncated { Status::Ok } else { h.status });
+}
+
+/// The receiver of offloaded rendezvous `rid` answered in software (ATS, RTR): the
+/// transport's operation is cancelled, its FIN will not come (UCX's
+/// `ucp_tag_offload_cancel_rndv`).
+fn forget_offloaded<L: Clone>(sh: &mut Shared<L>, rid: Id) {
+    let Some(ReqState { kind: ReqKind::Send(s), .. }) = sh.reqs.tab.get_mut(rid) else { return };
+    let Some(op) = s.zc.as_mut().and_then(|z| z.tm_op.take()) else { return };
+    let ep = s.ep;
+    sh.push(crate::engine::Action::TagRndvCancel { ep, op });
+}
+
+/// The offloaded rendezvous of send `rid` completed in the transport: the receiver's
+/// transport read the data and sent the FIN (or the operation failed with `status`).
+pub(crate) fn tag_rndv_done<L: Clone>(sh: &mut Shared<L>, rid: Id, status: Status) {
+    let Some(ReqState { kind: ReqKind::Send(s), status: Status::InProgress, .. }) = sh.reqs.tab.get_mut(rid) else {
+        return;
+    };
+    if let Some(z) = s.zc.as_mut() {
+        z.tm_op = None;
+    }
+    sh.finish(rid, status);
 }
 
 /// RTR: the receiver is ready; put the data (with its key) or send it in fragments.
 pub(crate) fn on_rtr<L: Clone>(sh: &mut Shared<L>, h: wire::RtrHdr) {
     let Some(ep_id) = sh.ep_from_wire(h.ep, "rndv rtr") else { return };
     let Some(rid) = sh.sreq_from_wire(h.sreq, "rndv rtr") else { return };
+    forget_offloaded(sh, rid);
     let can_put = sh.eps.get(ep_id).and_then(|e| e.cfg.rndv).is_some_and(|l| l.put);
     let verdict = match sh.reqs.tab.get_mut(rid) {
         Some(ReqState { kind: ReqKind::Send(s), .. }) if matches!(s.phase, SendPhase::Rts { .. }) => {

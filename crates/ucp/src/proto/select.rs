@@ -377,7 +377,7 @@ mod tests {
     fn tagged_sends_through_a_tag_lane() {
         use crate::proto::config::TagLaneCaps;
         let mut c = cfg();
-        c.tag = Some(TagLaneCaps { short_max: Some(48), bcopy_max: 48 * 1024 - 16 });
+        c.tag = Some(TagLaneCaps { short_max: Some(48), bcopy_max: 48 * 1024 - 16, hw_rndv_max: 1 << 30 });
         #[rustfmt::skip]
         let table: &[(OpKind, usize, bool, Proto)] = &[
             (T, 0, true, EagerShort), (T, 48, true, EagerShort), (T, 49, true, EagerBcopy),
@@ -397,7 +397,7 @@ mod tests {
         assert_eq!(select(&c, Op { kind: am, len: 20000, contig: true }), EagerZcopy);
         assert_eq!(select(&c, Op { kind: OpKind::Stream, len: 20000, contig: false }), EagerMulti);
         // Without eager short on the lane.
-        c.tag = Some(TagLaneCaps { short_max: None, bcopy_max: 1000 });
+        c.tag = Some(TagLaneCaps { short_max: None, bcopy_max: 1000, hw_rndv_max: 0 });
         assert_eq!(select(&c, Op { kind: T, len: 1, contig: true }), EagerBcopy);
         assert_eq!(select(&c, Op { kind: T, len: 1001, contig: true }), Rndv);
     }

@@ -211,6 +211,9 @@ pub(crate) struct ZcState {
     pub rma: bool,
     /// The first error a zero-copy fragment completed with.
     pub error: Option<Status>,
+    /// An offloaded rendezvous's operation in the transport (sender), until its FIN or until
+    /// software at the receiver answered instead (then it is cancelled).
+    pub tm_op: Option<u64>,
 }
 
 impl ZcState {

@@ -327,7 +327,7 @@ impl Sim {
                     let e = &mut self.nodes[n].engine;
                     e.tag.offload_post_failed(&mut e.sh, rid);
                 }
-                Action::TagCancel { .. } => {}
+                Action::TagCancel { .. } | Action::TagRndvCancel { .. } => {}
                 Action::Accept(req) => {
                     let e = &mut self.nodes[n].engine;
                     let id = e.sh.eps.next_id();
@@ -484,7 +484,9 @@ impl Sim {
             // The simulation runs the tag family and wireup; it has no remote memory.
             TxOp::Rma(_) => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
             TxOp::Flush { .. } => return TxResult::of(TxStatus::Done),
-            TxOp::RmaGetData { .. } => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
+            TxOp::RmaGetData { .. } | TxOp::TagRndv { .. } => {
+                return TxResult::of(TxStatus::Failed(Status::Unsupported))
+            }
             TxOp::Short { id, hdr, data } => {
                 let mut b = hdr.to_le_bytes().to_vec();
                 b.extend_from_slice(data.contig_bytes().unwrap_or(&[]));

@@ -143,11 +143,28 @@ impl TagState {
         sh.finish(rid, status);
     }
 
-    /// Offloaded receive `rid` met a rendezvous the transport leaves to software (a software
-    /// request, or one larger than the buffer): `header` is the sender's RTS.
+    /// Offloaded receive `rid` met a rendezvous the transport leaves to software: a software
+    /// request (`header` is the sender's RTS), or an offloaded one larger than the buffer
+    /// (`header` is a [`wire::OffloadRndvHdr`]: software finishes it with the truncation).
     pub fn offload_rndv<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id, tag: Tag, header: &[u8]) {
         if !self.offload_done(sh, rid) {
             return;
+        }
+        if header.len() == wire::OffloadRndvHdr::LEN {
+            let Ok(o) = wire::OffloadRndvHdr::decode(header) else { return sh.finish(rid, Status::IoError) };
+            let h = wire::RtsHdr {
+                tag,
+                ep: o.ep,
+                sreq: o.sreq,
+                size: o.size,
+                addr: 0,
+                contig: true,
+                rkey: uct::PackedKey::new(),
+            };
+            if let Some(r) = sh.reqs.tab.get_mut(rid) {
+                r.info = RecvInfo { length: o.size, sender_tag: tag };
+            }
+            return rndv::matched(sh, rid, Rts::from(h));
         }
         let h = match wire::RtsHdr::decode(header) {
             Ok(h) if h.tag == tag => h,

@@ -383,16 +383,44 @@ impl TagState {
 
     /// A rendezvous request that came through a transport's tag matching
     /// (`uct::TagHandlers::rndv`). A software request (no remote address) carries an RTS as
-    /// its header: the rendezvous goes on as one that came as an active message. A request
-    /// the transport offloaded (the data to be read by the receiver's adapter) is not sent by
-    /// this implementation yet, and is refused with a warning.
+    /// its header; an offloaded one ([`wire::OffloadRndvHdr`] as its header, the sender's
+    /// address, length and key from the transport) becomes one. Either way the rendezvous
+    /// goes on as one that came as an active message (the receiver gets the data, or asks for
+    /// it, and answers in software: the sender then cancels its offloaded operation).
     pub fn on_offload_rndv<L: Clone>(&mut self, sh: &mut Shared<L>, u: &uct::TagUnexpRndv<'_>) {
         if u.remote_addr != 0 || u.length != 0 || !u.rkey_buf.is_empty() {
-            tracing::warn!(
-                tag = u.stag,
-                "ucp: an offloaded rendezvous request (the sender's adapter reads) is not supported yet; dropped"
-            );
-            return;
+            let o = match wire::OffloadRndvHdr::decode(u.header) {
+                Ok(o) if o.size == u.length => o,
+                Ok(o) => {
+                    tracing::warn!(
+                        tag = u.stag,
+                        size = o.size,
+                        length = u.length,
+                        "ucp: an offloaded rendezvous whose header and transport disagree on its size; dropped"
+                    );
+                    return;
+                }
+                Err(e) => return malformed(e),
+            };
+            let Ok(rkey) = uct::PackedKey::from_slice(u.rkey_buf) else {
+                tracing::warn!(
+                    tag = u.stag,
+                    len = u.rkey_buf.len(),
+                    "ucp: an offloaded rendezvous with an oversized key; dropped"
+                );
+                return;
+            };
+            sh.counts.offload_rx_hw_rndv += 1;
+            let h = wire::RtsHdr {
+                tag: u.stag,
+                ep: o.ep,
+                sreq: o.sreq,
+                size: o.size,
+                addr: u.remote_addr,
+                contig: true,
+                rkey,
+            };
+            return self.on_rts(sh, h);
         }
         let h = match wire::RtsHdr::decode(u.header) {
             Ok(h) => h,

@@ -58,7 +58,7 @@ mod rndv;
 pub mod wireup;
 
 pub use eager::{EagerFirstHdr, EagerHdr, EagerMiddleHdr, EagerSyncHdr, OffloadSyncAck, StreamHdr, SyncAck};
-pub use rndv::{Atp, Ats, RndvDataHdr, RtrHdr, RtsHdr};
+pub use rndv::{Atp, Ats, OffloadRndvHdr, RndvDataHdr, RtrHdr, RtsHdr};
 pub use wireup::{EpAddr, WireupMsg};
 
 pub(crate) use msg::{Ctrl, DataHdr, UserHdr, WireupOut};

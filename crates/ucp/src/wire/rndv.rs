@@ -225,6 +225,50 @@ impl Header for Atp {
     }
 }
 
+/// The header software gets with an offloaded rendezvous (`tag_rndv_zcopy`, whose RVH carries
+/// the address, key and length for the receiver's transport): the receiver's endpoint for the
+/// sender, the send request, the size. With it software can finish the rendezvous itself: as
+/// an RTS when the message came unexpected, or with a truncation when the posted buffer was
+/// too small (the transport hands that back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadRndvHdr {
+    /// The receiver's endpoint for the sender.
+    pub ep: u64,
+    /// The sender's request.
+    pub sreq: u64,
+    /// The message's size.
+    pub size: usize,
+}
+
+impl OffloadRndvHdr {
+    /// Its length on the wire.
+    pub const LEN: usize = 24;
+
+    /// The bytes.
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.ep.to_le_bytes());
+        b[8..16].copy_from_slice(&self.sreq.to_le_bytes());
+        b[16..].copy_from_slice(&(self.size as u64).to_le_bytes());
+        b
+    }
+
+    /// Decodes a whole header.
+    pub fn decode(data: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new("offload rndv header", data);
+        let ep = r.u64()?;
+        let sreq = r.u64()?;
+        let size = r.u64()?;
+        r.end()?;
+        let size = usize::try_from(size).map_err(|_| WireError::OutOfRange {
+            what: "offload rndv header",
+            field: "size",
+            value: size,
+        })?;
+        Ok(OffloadRndvHdr { ep, sreq, size })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +359,13 @@ mod tests {
         let mut m = 5u64.to_le_bytes().to_vec();
         m.extend_from_slice(&1000i32.to_le_bytes());
         assert_eq!(Ats::decode(&m), Err(WireError::OutOfRange { what: "rndv ats", field: "status", value: 1000 }));
+    }
+
+    #[test]
+    fn offload_rndv_header_round_trip_and_errors() {
+        let h = OffloadRndvHdr { ep: 1, sreq: 2, size: 3 };
+        assert_eq!(OffloadRndvHdr::decode(&h.to_bytes()), Ok(h));
+        assert!(OffloadRndvHdr::decode(&h.to_bytes()[..23]).is_err());
+        assert!(OffloadRndvHdr::decode(&[0; 25]).is_err());
     }
 }

@@ -396,6 +396,10 @@ impl RcTm {
                         if rv.sw_rndv {
                             // Software gets the whole request, however short the buffer.
                             rv.rndv_hdr = msg.get(from..).map(<[u8]>::to_vec);
+                        } else if let Ok(TmMsg::Rndv(_, _, user)) = TmMsg::decode(msg) {
+                            // A rendezvous too large for the buffer: software gets its user
+                            // header whole (the buffer holds what of the headers fits).
+                            rv.rndv_hdr = Some(user.to_vec());
                         }
                         rv.consumed = true;
                         // SAFETY: the posted buffer is valid for `rv.len >= n` bytes until the
@@ -498,10 +502,13 @@ impl RcTm {
             CqeStatus::Success => (rv.ctx.completed)(rv.tag, rv.imm, n, Status::Ok),
             CqeStatus::LocLenErr => (rv.ctx.completed)(rv.tag, rv.imm, n, Status::MessageTruncated),
             CqeStatus::RndvIncomplete => {
-                // The request's headers are in the buffer: software takes over with the
-                // user's header (the device passed the request's TMH and RVH too).
-                let h = placed();
-                (rv.ctx.rndv)(rv.tag, h.get(TMH_LEN + RVH_LEN..).unwrap_or(&[]), Status::Ok)
+                // The request's headers are in the buffer, as far as they fit: software takes
+                // over with the user's header (kept whole at placement).
+                let h = match rv.rndv_hdr.as_deref() {
+                    Some(u) => u,
+                    None => placed().get(TMH_LEN + RVH_LEN..).unwrap_or(&[]),
+                };
+                (rv.ctx.rndv)(rv.tag, h, Status::Ok)
             }
             CqeStatus::ReadErr => (rv.ctx.completed)(rv.tag, 0, 0, Status::IoError),
             CqeStatus::TmErr => {}
