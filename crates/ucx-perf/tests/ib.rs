@@ -69,6 +69,40 @@ fn ucp_tag_tests_over_rc_and_ud() {
     }
 }
 
+/// The tag tests with rc's tag matching on (emulated): eager and synchronous messages through
+/// the tag lane, receives posted to the transport, offloaded rendezvous read by the receiver's
+/// transport (and, with `UCX_TM_SW_RNDV=y`, software requests).
+#[test]
+fn ucp_tag_tests_over_rc_with_tag_matching() {
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    /// Sets `UCX_*` variables for the child processes while it lives.
+    struct Env(&'static [(&'static str, &'static str)]);
+    impl Drop for Env {
+        fn drop(&mut self) {
+            for (k, _) in self.0 {
+                std::env::remove_var(k);
+            }
+        }
+    }
+    for vars in [
+        &[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_RX_QUEUE_LEN", "512"), ("UCX_TM_THRESH", "0")][..],
+        &[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_RX_QUEUE_LEN", "512"), ("UCX_TM_SW_RNDV", "y")],
+    ] {
+        let _env = Env(vars);
+        for (k, v) in vars {
+            // (The tests of this binary run one at a time in the VM; the variables go with
+            // `_env`.)
+            std::env::set_var(k, v);
+        }
+        run_ok(&["-t", "tag_lat", "-s", "8", "-n", "2000"], Some("rc_v"), 2000.0);
+        run_ok(&["-t", "tag_sync_lat", "-s", "8", "-n", "500"], Some("rc_v"), 500.0);
+        run_ok(&["-t", "tag_lat", "-s", "65536", "-n", "100"], Some("rc_v"), 100.0);
+        run_ok(&["-t", "tag_bw", "-s", "65536", "-n", "100"], Some("rc_v"), 100.0);
+    }
+}
+
 #[test]
 fn ucp_am_and_stream_tests_over_rc_and_ud() {
     if !uct_ib::testing::rdma_available() {
