@@ -30,6 +30,14 @@ ucs::config_table! {
             "Enable tag-matching offload (emulated: a software model of the device's matching, see \
              docs/uct-ib/tag-matching.md); active only when the interface is opened with tag handlers."),
         pub tm_list_size: u32 = ("TM_LIST_SIZE", "1024", "Receives posted to the tag-matching list at most."),
+        pub tm_emulate: bool = ("TM_EMULATE", "y",
+            "Match with the software model of a tag-matching device. Devices with hardware tag \
+             matching are not driven by this implementation yet: 'n' leaves tag matching off."),
+        pub tm_emu_num_tags: u32 = ("TM_EMU_NUM_TAGS", "64",
+            "Tags the emulated device holds (its max_num_tags; TM_LIST_SIZE caps it further)."),
+        pub tm_emu_op_delay: u32 = ("TM_EMU_OP_DELAY", "0",
+            "Emulated device: list operations run this many progress calls after they were posted \
+             (0: at once), so that messages arrive between a tag add and its execution."),
         pub tm_seg_size: MemUnits = ("TM_SEG_SIZE", "48k",
             "Receive segment with tag matching on: the largest eager tagged message (at least SEG_SIZE is used)."),
     }
@@ -70,6 +78,12 @@ pub struct RcConfig {
     pub tm_list_size: u32,
     /// Receive segment when tag matching is on (`TM_SEG_SIZE`, at least `SEG_SIZE`).
     pub tm_seg_size: usize,
+    /// Use the emulated device (`TM_EMULATE`).
+    pub tm_emulate: bool,
+    /// The emulated device's tag list size (`TM_EMU_NUM_TAGS`).
+    pub tm_emu_num_tags: u32,
+    /// Progress calls before the emulated device runs a list operation (`TM_EMU_OP_DELAY`).
+    pub tm_emu_op_delay: u32,
 }
 
 fn invalid(var: &str, value: impl std::fmt::Display, why: &str) -> Status {
@@ -93,6 +107,12 @@ pub(crate) fn rnr_timer_code(d: Duration) -> u8 {
 }
 
 impl RcConfig {
+    /// Receives the tag-matching list holds: the emulated device's size, capped by
+    /// `TM_LIST_SIZE` (UCX: the device's `max_num_tags`, capped the same way).
+    pub fn tm_num_tags(&self) -> u32 {
+        self.tm_list_size.min(self.tm_emu_num_tags)
+    }
+
     /// Reads the environment (or `source`), then `overrides`, and validates.
     pub fn read(source: Option<&dyn ConfigSource>, overrides: &[(String, String)]) -> UcsResult<RcConfig> {
         let prefixes = super::CONFIG_PREFIXES;
@@ -153,7 +173,16 @@ impl RcConfig {
             MemUnits::Auto => (48 << 10).max(ib.seg_size),
             other => return Err(invalid("TM_SEG_SIZE", format!("{other:?}"), "must be at most 1 MiB")),
         };
+        if !(1..=(1 << 16)).contains(&t.tm_emu_num_tags) {
+            return Err(invalid("TM_EMU_NUM_TAGS", t.tm_emu_num_tags, "must be 1..65536"));
+        }
+        if t.tm_emu_op_delay > 1000 {
+            return Err(invalid("TM_EMU_OP_DELAY", t.tm_emu_op_delay, "must be 0..1000"));
+        }
         Ok(RcConfig {
+            tm_emulate: t.tm_emulate,
+            tm_emu_num_tags: t.tm_emu_num_tags,
+            tm_emu_op_delay: t.tm_emu_op_delay,
             tm_enable: t.tm_enable,
             tm_list_size: t.tm_list_size,
             tm_seg_size,
@@ -195,6 +224,7 @@ mod tests {
         assert_eq!(c.timeout_exp, 18, "1 s is 4.096 us * 2^18 (rounded up)");
         assert_eq!(c.min_rnr_timer, 14, "1 ms rounds up to 1.28 ms, code 14");
         assert_eq!((c.tm_enable, c.tm_list_size, c.tm_seg_size), (false, 1024, 48 << 10));
+        assert_eq!((c.tm_emulate, c.tm_emu_num_tags, c.tm_emu_op_delay), (true, 64, 0));
     }
 
     #[test]
@@ -206,6 +236,10 @@ mod tests {
         assert_eq!(read(&[("UCX_RC_TM_LIST_SIZE", "0")], &[]), Err(Status::InvalidParam));
         assert_eq!(read(&[("UCX_RC_TM_SEG_SIZE", "2m")], &[]), Err(Status::InvalidParam));
         assert_eq!(read(&[("UCX_RC_TM_ENABLE", "maybe")], &[]), Err(Status::InvalidParam));
+        assert_eq!(read(&[("UCX_RC_TM_EMU_NUM_TAGS", "0")], &[]), Err(Status::InvalidParam));
+        assert_eq!(read(&[("UCX_RC_TM_EMU_OP_DELAY", "5000")], &[]), Err(Status::InvalidParam));
+        let c = read(&[("UCX_RC_TM_EMU_OP_DELAY", "3"), ("UCX_RC_TM_EMULATE", "n")], &[]).unwrap();
+        assert_eq!((c.tm_emu_op_delay, c.tm_emulate), (3, false));
     }
 
     #[test]

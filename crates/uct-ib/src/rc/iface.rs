@@ -231,17 +231,31 @@ impl RcIface {
     /// Opens the interface on `port` of the memory domain's device.
     pub fn open(md: &IbMd, port: u8, worker: &Worker, params: &IfaceParams) -> UcsResult<RcIface> {
         let mut cfg = RcConfig::read(None, &params.config)?;
-        // Tag matching needs both unexpected-message handlers (as UCX's rc_mlx5).
-        let tm_on = cfg.tm_enable && params.tag_handlers.is_some();
-        if cfg.tm_enable && !tm_on {
+        let dev = md.dev.clone();
+        // Tag matching needs both unexpected-message handlers (as UCX's rc_mlx5), and here the
+        // emulated device: hardware tag matching is not driven yet.
+        let hw_tags = dev.attr.tm_caps.max_num_tags;
+        let tm_on = cfg.tm_enable && params.tag_handlers.is_some() && cfg.tm_emulate;
+        if cfg.tm_enable && params.tag_handlers.is_none() {
             tracing::debug!("rc_verbs: TM_ENABLE without tag handlers: tag matching stays off");
+        } else if cfg.tm_enable && !cfg.tm_emulate {
+            tracing::warn!(
+                "rc_verbs on {}: TM_EMULATE=n, and hardware tag matching ({hw_tags} tags reported) is not \
+                 implemented: tag matching stays off",
+                dev.name
+            );
+        } else if tm_on && hw_tags > 0 {
+            tracing::info!(
+                "rc_verbs on {}: the device reports hardware tag matching ({hw_tags} tags), which this \
+                 implementation does not drive yet: using the emulated device",
+                dev.name
+            );
         }
         if tm_on {
             // The receive segment bounds an eager tagged message.
             cfg.ib.seg_size = cfg.tm_seg_size;
         }
         let am_off = tm_on as usize;
-        let dev = md.dev.clone();
         let port = dev.port(port).ok_or(Status::NoDevice)?.clone();
         let gid = dev.select_gid(&port, cfg.ib.gid_index)?;
         let ctx = &dev.ctx;

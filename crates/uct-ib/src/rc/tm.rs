@@ -68,7 +68,7 @@ pub(crate) fn caps(cfg: &RcConfig, max_inline: usize, max_send_sge: usize) -> Ta
         recv_min_recv: 0,
         recv_max_zcopy: MAX_RNDV,
         recv_max_iov: 1,
-        recv_max_outstanding: cfg.tm_list_size as usize,
+        recv_max_outstanding: cfg.tm_num_tags() as usize,
         eager: OpCaps {
             max_short: max_inline.saturating_sub(TMH_LEN),
             max_bcopy: seg - TMH_LEN,
@@ -212,14 +212,20 @@ pub(crate) struct RcTm {
     sends_free: RefCell<Vec<u16>>,
     sends_gen: Cell<u16>,
     work: RefCell<VecDeque<Work>>,
+    /// `TM_EMU_OP_DELAY`, the progress calls so far, and when each delayed list operation is
+    /// due (in posting order).
+    op_delay: u32,
+    tick: Cell<u64>,
+    due: RefCell<VecDeque<u64>>,
 }
 
 impl RcTm {
     pub(crate) fn new(cfg: &RcConfig, handlers: TagHandlers, dev_name: &str) -> RcTm {
-        let n = cfg.tm_list_size;
+        let n = cfg.tm_num_tags();
         tracing::info!(
             "rc_verbs on {dev_name}: tag matching on, emulated (a software model of the adapter's matching, \
-             {n} tags); performance is not that of hardware offload"
+             {n} tags, list operations delayed by {} progress calls); performance is not that of hardware offload",
+            cfg.tm_emu_op_delay
         );
         RcTm {
             stats: Cell::default(),
@@ -231,6 +237,9 @@ impl RcTm {
             sends_free: RefCell::default(),
             sends_gen: Cell::new(0),
             work: RefCell::default(),
+            op_delay: cfg.tm_emu_op_delay,
+            tick: Cell::new(0),
+            due: RefCell::default(),
         }
     }
 
@@ -240,10 +249,31 @@ impl RcTm {
         self.stats.set(s);
     }
 
-    /// Runs every list operation posted (the adapter runs them as they come).
-    fn run_ops(&self) {
-        let mut d = self.dev.borrow_mut();
-        while d.step() {}
+    /// A list operation was posted: the device runs it now, or, with `TM_EMU_OP_DELAY`, that
+    /// many progress calls later (in posting order), as an adapter that is not done yet.
+    fn op_posted(&self) {
+        if self.op_delay == 0 {
+            let mut d = self.dev.borrow_mut();
+            while d.step() {}
+        } else {
+            self.due.borrow_mut().push_back(self.tick.get() + self.op_delay as u64);
+        }
+    }
+
+    /// Runs the delayed list operations that are due.
+    fn run_due(&self) {
+        let tick = self.tick.get() + 1;
+        self.tick.set(tick);
+        loop {
+            let due = self.due.borrow().front().copied();
+            match due {
+                Some(t) if t <= tick => {
+                    self.due.borrow_mut().pop_front();
+                    self.dev.borrow_mut().step();
+                }
+                _ => break,
+            }
+        }
     }
 
     /// Posts a receive of `iov` (one contiguous buffer) for `tag` under `mask`
@@ -322,7 +352,7 @@ impl RcTm {
                     r.handle = h[0].expect("an ADD has a handle");
                 }
                 self.count(|s| s.tx_add_op += 1);
-                self.run_ops();
+                self.op_posted();
                 Ok(())
             }
             Err(e) => {
@@ -370,9 +400,10 @@ impl RcTm {
             };
         }
         self.count(|s| s.tx_del_op += 1);
-        self.run_ops();
+        self.op_posted();
         if force {
-            // The DEL ran: the receive left the list (it had not matched: checked above).
+            // The receive is software's again (the DEL ran, or runs before anything else the
+            // device does with it: a message it still matches meanwhile goes to software).
             self.recvs.borrow_mut().remove(id);
         }
         Ok(())
@@ -407,7 +438,11 @@ impl RcTm {
                         // lies within the received message (checked).
                         unsafe { ucs::memory::copy(msg.as_ptr().add(from), rv.buf, n) };
                     }
-                    _ => tracing::error!("rc_verbs: the tag device placed data for an unknown receive"),
+                    Some(_) => tracing::error!("rc_verbs: the tag device placed data outside a receive's buffer"),
+                    None => {
+                        drop(r);
+                        self.unclaimed(wc, buf, len);
+                    }
                 }
             }
             Some(TmAction::Read { read, qp, recv_wr_id, rvh }) => {
@@ -418,14 +453,56 @@ impl RcTm {
                 match target {
                     Some((dst, lkey)) => self.start_read(iface, Work::Read { read, qpn: qp, rvh, buf: dst, lkey }),
                     None => {
-                        tracing::error!("rc_verbs: the tag device matched a rendezvous to an unknown receive");
+                        // No read: the device completes it as failed, without a FIN.
                         self.read_finished(iface, read, false);
+                        self.unclaimed(wc, buf, len);
                     }
                 }
             }
             Some(TmAction::Fin { .. }) | None => {}
         }
         self.drain(iface, Some((wc, idx, buf, len)));
+    }
+
+    /// The device matched a message to a receive that software took back meanwhile (a forced
+    /// cancel whose DEL had not run yet: with `TM_EMU_OP_DELAY`, as on an adapter that runs
+    /// list operations later): software gets the message as unexpected, so it is not lost.
+    /// (Not counted as unexpected: the device did not count it.)
+    fn unclaimed(&self, wc: &sys::ibv_wc, buf: &mut Option<PoolBuf>, len: usize) {
+        let Some(b) = buf.as_ref() else { return };
+        let (with_imm, imm_lo) = imm_of(wc);
+        match TmMsg::decode(&b[..len]) {
+            Ok(TmMsg::Eager(tmh, payload)) => {
+                let imm = if with_imm { (tmh.app_ctx as u64) << 32 | imm_lo as u64 } else { 0 };
+                if with_imm && imm == 0 {
+                    (self.handlers.rndv)(TagUnexpRndv {
+                        stag: tmh.tag,
+                        header: payload,
+                        remote_addr: 0,
+                        length: 0,
+                        rkey_buf: &[],
+                    });
+                } else {
+                    let n = payload.len();
+                    (self.handlers.eager)(TagUnexpEager {
+                        stag: tmh.tag,
+                        imm,
+                        msg: AmRecv::from_desc(buf, TMH_LEN, n),
+                    });
+                }
+            }
+            Ok(TmMsg::Rndv(tmh, rvh, header)) => {
+                let rkey = pack_rkey(rvh.rkey, rvh.va, rvh.len as u64);
+                (self.handlers.rndv)(TagUnexpRndv {
+                    stag: tmh.tag,
+                    header,
+                    remote_addr: rvh.va,
+                    length: rvh.len as usize,
+                    rkey_buf: &rkey,
+                });
+            }
+            _ => tracing::error!("rc_verbs: the tag device matched a message that is not tagged"),
+        }
     }
 
     /// Handles the device's completions in order. `cur` is the message that just arrived (its
@@ -474,7 +551,8 @@ impl RcTm {
         let ctx = {
             let mut r = self.recvs.borrow_mut();
             let Some(rv) = r.get(c.wr_id) else {
-                tracing::error!("rc_verbs: a tag-device completion for an unknown receive");
+                // (A receive taken back by a forced cancel: its message went to software.)
+                tracing::debug!("rc_verbs: a tag-device completion for a receive taken back");
                 return;
             };
             if c.matched {
@@ -585,7 +663,7 @@ impl RcTm {
             let op = ListOp::Sync { wr_id: 0, signaled: false, unexpected_cnt: Some(n) };
             if self.dev.borrow_mut().post(&[op]).is_ok() {
                 self.count(|s| s.tx_sync_op += 1);
-                self.run_ops();
+                self.op_posted();
             } else {
                 tracing::debug!("rc_verbs: tag list operations full; the count goes with the next one");
             }
@@ -747,6 +825,9 @@ impl RcTm {
     /// operations and reads) not handled yet.
     pub(crate) fn progress(&self, iface: &IfaceInner) -> usize {
         let mut n = 0;
+        if self.op_delay > 0 {
+            self.run_due();
+        }
         loop {
             let w = self.work.borrow_mut().pop_front();
             let Some(w) = w else { break };
