@@ -685,5 +685,28 @@ pub fn run(
     })?;
     // Let the peer finish its last sends before the endpoint goes.
     sync(oob, &s)?;
+    print_offload(&s.worker.proto_counts());
     Ok(())
+}
+
+/// Prints what went through a transport's tag matching (tag offload), if anything did: on
+/// `stderr`, after the report, so the report's lines stay what the reference prints.
+fn print_offload(c: &ucp::ProtoCounts) {
+    let sent = c.offload_eager + c.offload_sw_rndv + c.offload_hw_rndv;
+    let arrived = c.offload_rx_eager + c.offload_rx_sw_rndv + c.offload_rx_hw_rndv;
+    if sent + arrived + c.offload_posted == 0 {
+        return;
+    }
+    eprintln!(
+        "# tag offload: sent through the tag lane {sent} (eager {}, rendezvous offloaded {}, software requests {}); \
+         receives posted to the transport {}, matched there {}, taken back by software {}, refused {}; \
+         arrived unmatched through it {arrived}",
+        c.offload_eager,
+        c.offload_hw_rndv,
+        c.offload_sw_rndv,
+        c.offload_posted,
+        c.offload_matched,
+        c.offload_sw_matched,
+        c.offload_refused
+    );
 }

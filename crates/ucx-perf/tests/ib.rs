@@ -87,8 +87,8 @@ fn ucp_tag_tests_over_rc_with_tag_matching() {
         }
     }
     for vars in [
-        &[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_RX_QUEUE_LEN", "512"), ("UCX_TM_THRESH", "0")][..],
-        &[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_RX_QUEUE_LEN", "512"), ("UCX_TM_SW_RNDV", "y")],
+        &[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_RX_QUEUE_LEN", "512"), ("UCX_TM_THRESH", "0"), ("UCX_PROTO_INFO", "y")][..],
+        &[("UCX_RC_TM_ENABLE", "y"), ("UCX_RC_RX_QUEUE_LEN", "512"), ("UCX_TM_SW_RNDV", "y"), ("UCX_PROTO_INFO", "y")],
     ] {
         let _env = Env(vars);
         for (k, v) in vars {
@@ -100,6 +100,29 @@ fn ucp_tag_tests_over_rc_with_tag_matching() {
         run_ok(&["-t", "tag_sync_lat", "-s", "8", "-n", "500"], Some("rc_v"), 500.0);
         run_ok(&["-t", "tag_lat", "-s", "65536", "-n", "100"], Some("rc_v"), 100.0);
         run_ok(&["-t", "tag_bw", "-s", "65536", "-n", "100"], Some("rc_v"), 100.0);
+        // Both sides print what went through tag matching; with every receive eligible, the
+        // transport matched some.
+        let (srv, cli) = pair(&["-t", "tag_lat", "-s", "4096", "-n", "200"], Some("rc_v"), Duration::from_secs(60));
+        assert!(srv.status.success() && cli.status.success());
+        let matched = |o: &std::process::Output| -> u64 {
+            let err = String::from_utf8_lossy(&o.stderr).to_string();
+            let line = err
+                .lines()
+                .find(|l| l.starts_with("# tag offload:"))
+                .unwrap_or_else(|| panic!("no offload line: {err}"));
+            eprintln!("{line}");
+            let at = line.find("matched there ").expect("the matched count") + "matched there ".len();
+            line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        };
+        let (m_srv, m_cli) = (matched(&srv), matched(&cli));
+        // The protocol information names the tag lane and says the matching is emulated.
+        let out = String::from_utf8_lossy(&cli.stdout).to_string();
+        assert!(out.contains("through the tag lane rc_verbs, emulated tag matching"), "{out}");
+        let offloaded = out.contains("offloaded rendezvous (the receiver's transport reads");
+        assert_eq!(offloaded, !vars.contains(&("UCX_TM_SW_RNDV", "y")), "{out}");
+        if vars.iter().any(|&(k, v)| k == "UCX_TM_THRESH" && v == "0") {
+            assert!(m_srv + m_cli > 0, "no receive matched in the transport");
+        }
     }
 }
 

@@ -324,6 +324,32 @@ impl Core {
             _ => format!("rendezvous, data in active messages on {am}"),
         };
         let fmt = |n: usize| if n == usize::MAX { "inf".to_string() } else { n.to_string() };
+        if let (Some(t), Some(p)) = (c.tag, lanes.tag) {
+            // Through the tag lane (select_tag_lane).
+            let tl = &self.ifaces[p.local];
+            let how = if tl.attr.tag.emulated { ", emulated tag matching" } else { "" };
+            let tag = format!("{}{how}", tl.resource.desc.tl.tl_name);
+            let mut lines = vec![format!("[ucp] endpoint to '{remote}' (tag send, through the tag lane {tag})")];
+            let top = t.bcopy_max.min(c.rndv_thresh.saturating_sub(1));
+            if let Some(m) = t.short_max {
+                lines.push(format!("[ucp]   0..{}: tag eager short (contiguous, not sync)", m.min(top)));
+            }
+            lines.push(format!("[ucp]   ..{top}: tag eager bcopy (sync: immediate value, acknowledged by tag)"));
+            let rndv_sw = format!("rendezvous request through the tag lane, then {rndv}");
+            if t.hw_rndv_max > 0 {
+                lines.push(format!(
+                    "[ucp]   {}..{}: offloaded rendezvous (the receiver's transport reads; contiguous), else {rndv_sw}",
+                    top + 1,
+                    fmt(t.hw_rndv_max)
+                ));
+            } else {
+                lines.push(format!("[ucp]   {}..inf: {rndv_sw}", top + 1));
+            }
+            for l in lines {
+                println!("{l}");
+            }
+            return;
+        }
         let mut lines = vec![format!("[ucp] endpoint to '{remote}' (tag send)")];
         let mut lo = 0usize;
         let rt = c.rndv_thresh;
