@@ -179,6 +179,52 @@ fn a_receive_the_transport_left_disabled_is_matched_in_software() {
     assert!(c.offload_sw_matched >= 1, "software did not take the offloaded receive: {c:?}");
 }
 
+/// `UCX_TM_FORCE_THRESH` and `UCX_TM_MAX_BB_SIZE`: receives below `UCX_TM_THRESH` stay in
+/// software until a large receive posted after them pushes them to the transport (in their
+/// order, before itself), the small ones through bounce buffers; every message then matches
+/// in the transport, the bounced data copied into the user's buffers.
+#[test]
+fn a_large_receive_forces_the_small_ones_through_bounce_buffers() {
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    let tls = "rc_v,ud_v";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = [
+        ("RC_TM_ENABLE", "y"),
+        ("RC_RX_QUEUE_LEN", "512"),
+        ("TM_THRESH", "4096"),
+        ("TM_MAX_BB_SIZE", "8192"),
+        ("TM_FORCE_THRESH", "8192"),
+    ];
+    let w: &'static Worker =
+        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
+    let mut s = RemoteSender::spawn(w, tls, &cfg);
+    assert!(s.lanes(w).split(' ').any(|l| l == "tag=rc_verbs"));
+    // Activation: a first tagged message through the transport's tag matching.
+    s.send(w, 9, 10, 9, false);
+    post(w, 9, FULL_MASK, 10).check(w, 10, 9, 9);
+    let before = w.proto_counts();
+    let mut small1 = post(w, 1, FULL_MASK, 100);
+    let mut small2 = post(w, 2, FULL_MASK, 3000);
+    let mid = w.proto_counts();
+    assert_eq!(mid.offload_posted, before.offload_posted, "receives below TM_THRESH were offloaded");
+    let mut large = post(w, 3, FULL_MASK, 16384);
+    let c = w.proto_counts();
+    assert_eq!(c.offload_posted - before.offload_posted, 3, "{c:?}");
+    assert_eq!((c.offload_forced - before.offload_forced, c.offload_bounce - before.offload_bounce), (2, 2), "{c:?}");
+    s.send(w, 1, 100, 11, false);
+    s.send(w, 2, 3000, 12, false);
+    s.send(w, 3, 16384, 13, false);
+    small1.check(w, 100, 11, 1);
+    small2.check(w, 3000, 12, 2);
+    large.check(w, 16384, 13, 3);
+    s.flush(w);
+    let c = w.proto_counts();
+    eprintln!("{c:?}");
+    assert_eq!(c.offload_matched - before.offload_matched, 3, "not every message matched in the transport: {c:?}");
+}
+
 #[test]
 fn over_rc_wired_up_through_ud() {
     run("rc_v,ud_v", &["am=rc_verbs", "wireup=ud_verbs", "rndv=rc_verbs"], 100);

@@ -64,6 +64,15 @@ ucs::config_table! {
         pub tm_thresh: MemUnits = ("TM_THRESH", "1024",
             "Threshold for using tag matching offload capabilities.\n \
              Smaller buffers will not be posted to the transport."),
+        pub tm_max_bb_size: MemUnits = ("TM_MAX_BB_SIZE", "1024",
+            "Maximal size for posting \"bounce buffer\" (UCX preregistered memory) as a receive\n \
+             buffer for a tag offload transport. Only effective when greater than TM_THRESH; at most\n \
+             SEG_SIZE."),
+        pub tm_force_thresh: MemUnits = ("TM_FORCE_THRESH", "8192",
+            "Threshold for forcing tag matching offload mode. Every tag receive operation with\n \
+             buffer bigger than this threshold would force offloading of all uncompleted\n \
+             non-offloaded receive operations to the transport (e. g. operations with buffers\n \
+             below the TM_THRESH value)."),
         pub tm_sw_rndv: bool = ("TM_SW_RNDV", "n",
             "Use software rendezvous protocol with tag offload. If enabled, tag offload mode will\n \
              be used for messages sent with eager protocol only."),
@@ -233,6 +242,12 @@ pub struct ContextConfig {
     pub tm_thresh: usize,
     /// `UCX_TM_SW_RNDV`: rendezvous through the tag lane as software requests only.
     pub tm_sw_rndv: bool,
+    /// `UCX_TM_MAX_BB_SIZE`: receives below this size are posted to a transport's tag
+    /// matching with a preregistered bounce buffer (capped at `UCX_SEG_SIZE`).
+    pub tm_max_bb_size: usize,
+    /// `UCX_TM_FORCE_THRESH`: a receive this large offloads the software receives waiting
+    /// before it first.
+    pub tm_force_thresh: usize,
     /// `UCX_MAX_EAGER_LANES`.
     pub max_eager_lanes: usize,
     /// `UCX_MAX_RNDV_LANES`.
@@ -303,6 +318,15 @@ impl ContextConfig {
                 MemUnits::Auto => 1024,
             },
             tm_sw_rndv: t.tm_sw_rndv,
+            tm_max_bb_size: match t.tm_max_bb_size {
+                MemUnits::Value(v) => v.min(seg_size),
+                MemUnits::Inf | MemUnits::Auto => seg_size,
+            },
+            tm_force_thresh: match t.tm_force_thresh {
+                MemUnits::Value(v) => v,
+                MemUnits::Inf => usize::MAX,
+                MemUnits::Auto => 8192,
+            },
             max_eager_lanes: t.max_eager_lanes as usize,
             max_rndv_lanes: t.max_rndv_lanes as usize,
             keepalive_interval: t.keepalive_interval,
@@ -357,6 +381,7 @@ mod tests {
         assert!(c.tls.is_all());
         assert_eq!((c.rndv_thresh, c.rndv_scheme, c.seg_size), (Thresh::Auto, RndvScheme::Auto, 8192));
         assert_eq!(c.tm_thresh, 1024);
+        assert_eq!((c.tm_max_bb_size, c.tm_force_thresh, c.tm_sw_rndv), (1024, 8192, false));
         let o = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
         let c = ContextConfig::read(Some(&src as &dyn ConfigSource), &o("RNDV_THRESH", "inf")).unwrap();
         assert_eq!(c.rndv_thresh, Thresh::Fixed(usize::MAX));

@@ -699,12 +699,14 @@ fn print_offload(c: &ucp::ProtoCounts) {
     }
     eprintln!(
         "# tag offload: sent through the tag lane {sent} (eager {}, rendezvous offloaded {}, software requests {}); \
-         receives posted to the transport {}, matched there {}, taken back by software {}, refused {}; \
-         arrived unmatched through it {arrived}",
+         receives posted to the transport {} (with a bounce buffer {}, pushed by a larger one {}), \
+         matched there {}, taken back by software {}, refused {}; arrived unmatched through it {arrived}",
         c.offload_eager,
         c.offload_hw_rndv,
         c.offload_sw_rndv,
         c.offload_posted,
+        c.offload_bounce,
+        c.offload_forced,
         c.offload_matched,
         c.offload_sw_matched,
         c.offload_refused

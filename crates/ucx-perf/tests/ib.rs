@@ -111,7 +111,7 @@ fn ucp_tag_tests_over_rc_with_tag_matching() {
                 .find(|l| l.starts_with("# tag offload:"))
                 .unwrap_or_else(|| panic!("no offload line: {err}"));
             eprintln!("{line}");
-            let at = line.find("matched there ").expect("the matched count") + "matched there ".len();
+            let at = line.find("), matched there ").expect("the matched count") + "), matched there ".len();
             line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
         };
         let (m_srv, m_cli) = (matched(&srv), matched(&cli));

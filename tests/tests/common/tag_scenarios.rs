@@ -147,14 +147,14 @@ impl Sender for RemoteSender {
 
 // ---- receive helpers ---------------------------------------------------------------------------
 
-struct Recv {
+pub struct Recv {
     buf: Vec<u8>,
     req: Option<Request<'static>>,
     done: Option<Result<RecvInfo, Status>>,
 }
 
 /// Posts a receive into a `cap`-byte buffer (with 16 guard bytes after it).
-fn post(w: &'static Worker, tag: u64, mask: u64, cap: usize) -> Recv {
+pub fn post(w: &'static Worker, tag: u64, mask: u64, cap: usize) -> Recv {
     let mut buf = vec![0xa5u8; cap + 16];
     // SAFETY: the Vec's heap buffer is kept in `Recv` until the request completed (`wait`).
     let r = unsafe {
@@ -199,7 +199,7 @@ impl Recv {
         self.done.unwrap()
     }
 
-    fn check(&mut self, w: &Worker, len: usize, seed: u64, tag: u64) {
+    pub fn check(&mut self, w: &Worker, len: usize, seed: u64, tag: u64) {
         let info = self.wait(w).unwrap_or_else(|e| panic!("receive of {len} B (seed {seed}) failed: {e}"));
         assert_eq!((info.length, info.sender_tag), (len, tag), "seed {seed}");
         assert!(self.buf[..len] == pattern(len, seed)[..], "{len} B (seed {seed}): wrong data");

@@ -96,6 +96,8 @@ pub(crate) struct Core {
     am_kept: RefCell<IdTable<am::AmKept>>,
     /// Receives posted to a transport's tag matching, by request (raw id).
     tm_posts: RefCell<std::collections::HashMap<u64, offload::TmPost>>,
+    /// Bounce buffers for small offloaded receives, registered, not in use.
+    tm_bounce: RefCell<Vec<offload::Bounce>>,
     /// The retry list, taken out of the engine while progress works through it.
     retry: RefCell<Vec<Id>>,
 }
@@ -146,6 +148,7 @@ impl Core {
                 am_handlers: RefCell::new(Vec::new()),
                 am_kept: RefCell::new(IdTable::new()),
                 tm_posts: RefCell::default(),
+                tm_bounce: RefCell::default(),
                 retry: RefCell::new(Vec::new()),
             }
         });
@@ -220,7 +223,7 @@ impl Core {
                 }
             }
             Action::Drop(ext) => drop(ext),
-            Action::TagPost { rid, iface, tag, seg, hint } => self.tag_post(rid, iface, tag, seg, hint),
+            Action::TagPost { rid, iface, tag, seg, hint, bounce } => self.tag_post(rid, iface, tag, seg, hint, bounce),
             Action::TagCancel { rid, force } => self.tag_cancel(rid, force),
             Action::TagRndvCancel { ep, op } => {
                 let io = self.engine.borrow().sh.eps.get(ep).map(|s| s.io.clone());
@@ -492,10 +495,18 @@ impl Core {
         });
     }
 
-    /// How many receives interface `iface`'s tag matching takes, and `UCX_TM_THRESH`.
-    fn offload_limits(&self, iface: usize) -> (usize, usize) {
+    /// How many receives interface `iface`'s tag matching takes, and the offload settings.
+    fn offload_limits(&self, iface: usize) -> (usize, crate::tag::offload::OffloadCfg) {
         let max = self.ifaces.get(iface).map_or(0, |i| i.attr.tag.recv_max_outstanding);
-        (max, self.ctx.config().tm_thresh)
+        let c = self.ctx.config();
+        (
+            max,
+            crate::tag::offload::OffloadCfg {
+                thresh: c.tm_thresh,
+                max_bb: c.tm_max_bb_size,
+                force_thresh: c.tm_force_thresh,
+            },
+        )
     }
 
     /// Runs an arrival's engine work `f`, then, outside the engine, the plain callback of the

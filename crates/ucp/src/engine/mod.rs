@@ -90,6 +90,10 @@ pub struct ProtoCounts {
     pub offload_hw_rndv: u64,
     /// Offloaded rendezvous requests that came unexpected (receiver).
     pub offload_rx_hw_rndv: u64,
+    /// Receives posted with a bounce buffer (`UCX_TM_MAX_BB_SIZE`).
+    pub offload_bounce: u64,
+    /// Receives a large one pushed to the transport before itself (`UCX_TM_FORCE_THRESH`).
+    pub offload_forced: u64,
 }
 
 /// Work the engine leaves to its driver, in order.
@@ -118,7 +122,9 @@ pub(crate) enum Action<L> {
     Drop(Box<ReqExt>),
     /// Post receive `rid` (buffer `seg`, memory hint `hint`) for `tag` to the tag matching of
     /// interface `iface`; report a refusal with [`crate::tag::TagState::offload_post_failed`].
-    TagPost { rid: Id, iface: usize, tag: crate::tag::Tag, seg: crate::dt::Seg, hint: Option<Id> },
+    /// With `bounce`, through one of the driver's preregistered bounce buffers (copied into
+    /// `seg` when the receive completes).
+    TagPost { rid: Id, iface: usize, tag: crate::tag::Tag, seg: crate::dt::Seg, hint: Option<Id>, bounce: bool },
     /// Cancel receive `rid` in the transport's tag matching: `force`, at once and without a
     /// report (software took it); else its completion reports `Canceled` (or the match).
     TagCancel { rid: Id, force: bool },

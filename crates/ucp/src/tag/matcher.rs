@@ -198,6 +198,11 @@ impl ExpEntry {
         self.offloaded
     }
 
+    /// The receive's tag (with its mask applied) and mask.
+    pub fn tag_mask(&self) -> (Tag, Tag) {
+        (self.tag, self.mask)
+    }
+
     /// The entry of a receive off the queues, no longer offloaded.
     pub fn without_offload(self) -> ExpEntry {
         debug_assert!(!self.posted, "a waiting receive changes its mark through the queues");
@@ -379,6 +384,23 @@ impl ExpQueues {
         }
         self.unlink(s, i);
         true
+    }
+
+    /// The slots of the waiting receives that are not offloaded, in posting order.
+    pub fn sw_only_slots(&self, s: &mut (impl ExpStore + ?Sized)) -> Vec<u32> {
+        let mut all: Vec<(u64, u32)> = Vec::with_capacity(self.count - self.offloaded);
+        for list in self.buckets.iter().chain(std::iter::once(&self.wild)) {
+            let mut i = list.head;
+            while i != NIL {
+                let e = s.exp_entry(i);
+                if !e.offloaded {
+                    all.push((e.sn, i));
+                }
+                i = e.links.next;
+            }
+        }
+        all.sort_unstable();
+        all.into_iter().map(|(_, i)| i).collect()
     }
 
     /// Takes every posted receive off the queues; their slots, in posting order.

@@ -38,18 +38,33 @@ pub(crate) struct Offload {
     iface: Option<(usize, usize)>,
     /// Receives posted there now (reported neither completed nor cancelled).
     posted: usize,
-    /// `UCX_TM_THRESH`.
+    /// `UCX_TM_THRESH`, `UCX_TM_MAX_BB_SIZE`, `UCX_TM_FORCE_THRESH`.
     thresh: usize,
+    max_bb: usize,
+    force_thresh: usize,
+}
+
+/// The settings of offload, from the context's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OffloadCfg {
+    /// `UCX_TM_THRESH`.
+    pub thresh: usize,
+    /// `UCX_TM_MAX_BB_SIZE`.
+    pub max_bb: usize,
+    /// `UCX_TM_FORCE_THRESH`.
+    pub force_thresh: usize,
 }
 
 impl TagState {
     /// A tagged message came through the tag matching of interface `iface`, which takes up to
     /// `max` receives: receives may be offloaded from now on (the first such interface).
-    pub fn offload_activate(&mut self, iface: usize, max: usize, thresh: usize) {
+    pub fn offload_activate(&mut self, iface: usize, max: usize, cfg: OffloadCfg) {
         if self.offload.iface.is_none() && max > 0 {
-            tracing::debug!(iface, max, thresh, "ucp: tag offload activated");
+            tracing::debug!(iface, max, ?cfg, "ucp: tag offload activated");
             self.offload.iface = Some((iface, max));
-            self.offload.thresh = thresh;
+            self.offload.thresh = cfg.thresh;
+            self.offload.max_bb = cfg.max_bb;
+            self.offload.force_thresh = cfg.force_thresh;
         }
     }
 
@@ -69,15 +84,59 @@ impl TagState {
             return;
         }
         let Some(seg) = buf.contig_seg() else { return };
-        // It is the only receive waiting that is not offloaded.
-        if sh.reqs.exp.sw_only() != 1 {
+        // It is the only receive waiting that is not offloaded; or, large enough, it pushes
+        // the software receives before it to the transport first (in their order).
+        if sh.reqs.exp.sw_only() != 1
+            && !(buf.len() >= self.offload.force_thresh && self.force_earlier(sh, rid, iface, max))
+        {
             return;
         }
+        self.post(sh, rid, iface, tag, seg, hint);
+    }
+
+    /// Marks receive `rid` offloaded and has the driver post it.
+    fn post<L: Clone>(
+        &mut self,
+        sh: &mut Shared<L>,
+        rid: Id,
+        iface: usize,
+        tag: Tag,
+        seg: crate::dt::Seg,
+        hint: Option<Id>,
+    ) {
         let reqs = &mut sh.reqs;
         reqs.exp.set_offloaded(&mut reqs.tab, rid.index(), true);
         self.offload.posted += 1;
         sh.counts.offload_posted += 1;
-        sh.push(Action::TagPost { rid, iface, tag, seg, hint });
+        let bounce = seg.len < self.offload.max_bb && self.offload.max_bb > self.offload.thresh;
+        sh.counts.offload_bounce += bounce as u64;
+        sh.push(Action::TagPost { rid, iface, tag, seg, hint, bounce });
+    }
+
+    /// `UCX_TM_FORCE_THRESH`: posts every software receive waiting before `rid` to the
+    /// transport, if each can go (full mask, one contiguous buffer) and the transport has room
+    /// for them and `rid`; false (nothing posted) otherwise.
+    fn force_earlier<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id, iface: usize, max: usize) -> bool {
+        let reqs = &mut sh.reqs;
+        let slots: Vec<u32> = reqs.exp.sw_only_slots(&mut reqs.tab).into_iter().filter(|&i| i != rid.index()).collect();
+        if self.offload.posted + slots.len() + 1 > max {
+            return false;
+        }
+        let mut posts = Vec::with_capacity(slots.len());
+        for i in slots {
+            let Some(mut e) = reqs.tab.occupied_at(i) else { return false };
+            let id = e.id();
+            let r = e.get_mut();
+            let (tag, mask) = r.exp.tag_mask();
+            let ReqKind::Recv(rr) = &r.kind else { return false };
+            let Some(seg) = rr.buf.contig_seg().filter(|_| mask == FULL_MASK) else { return false };
+            posts.push((id, tag, seg, rr.hint));
+        }
+        sh.counts.offload_forced += posts.len() as u64;
+        for (id, tag, seg, hint) in posts {
+            self.post(sh, id, iface, tag, seg, hint);
+        }
+        true
     }
 
     /// The transport refused receive `rid`: it stays a software receive.
