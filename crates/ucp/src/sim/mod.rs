@@ -17,6 +17,13 @@
 //!
 //! With `immediate`, a message is delivered inside the transmission, as the `self` transport
 //! does: the engine is re-entered while its transmission is with the driver.
+//!
+//! With `tm` (a tag list size), every node models a transport's tag matching (a device with
+//! the contract of `uct_iface_tag_recv_zcopy` and the unexpected handlers, in its simplest
+//! form: list operations take effect at once): tagged messages of an endpoint whose
+//! [`EpConfig::tag`] is set travel as the transport's tagged messages, match the receives the
+//! node posted to its list (copied into their buffers, reported as matched and completed) or go
+//! to the node's unexpected handlers; posts beyond the list size are refused.
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
@@ -68,6 +75,8 @@ pub(crate) struct SimConfig {
     pub immediate: bool,
     /// Keepalive interval (0: none).
     pub keepalive: u64,
+    /// Model a transport's tag matching with a list of this many receives (0: none).
+    pub tm: usize,
 }
 
 /// Counts of what the network did.
@@ -97,7 +106,15 @@ enum Event {
 pub(crate) struct Node {
     pub engine: Engine<SimIo>,
     pub addr: WorkerAddress,
+    /// The modelled transport's tag list: receives posted to it, in order (request, tag,
+    /// buffer).
+    pub tm: Vec<(Id, u64, Seg)>,
 }
+
+/// Pseudo AM ids of the modelled transport's tagged messages on the network: an eager one
+/// (tag, immediate value, data) and a software rendezvous request (tag, RTS).
+const SIM_TAG_EAGER: u8 = 250;
+const SIM_TAG_RNDV: u8 = 251;
 
 /// The simulation.
 pub(crate) struct Sim {
@@ -190,7 +207,7 @@ impl Sim {
                 let packed = addr.pack().expect("a simulated address packs");
                 let local = Local { uuid: addr.uuid, packed: packed.into() };
                 let engine = Engine::new(local, cfg.keepalive, 16, 0).expect("an engine");
-                Node { engine, addr }
+                Node { engine, addr, tm: Vec::new() }
             })
             .collect();
         NOW.with(|t| t.set(0));
@@ -234,6 +251,12 @@ impl Sim {
 
     /// Node `a` creates an endpoint to node `b` (`ucp_ep_create`); its id on `a`.
     pub fn connect(&mut self, a: usize, b: usize) -> Id {
+        let c = self.cfg.ep_cfg;
+        self.connect_cfg(a, b, c)
+    }
+
+    /// As [`Sim::connect`], with switch points `ep_cfg` (e.g. with or without a tag lane).
+    pub fn connect_cfg(&mut self, a: usize, b: usize, ep_cfg: EpConfig) -> Id {
         let remote = self.nodes[b].addr.clone();
         let e = &mut self.nodes[a].engine;
         let sn = match e.conn.connect_begin(&e.sh, remote.uuid) {
@@ -242,7 +265,7 @@ impl Sim {
         };
         let id = e.sh.eps.next_id();
         let io = SimIo { from: a, to: b, ep: id };
-        let st = EpState::new(io, remote, sn, self.cfg.ep_cfg, Lanes::default(), self.p2p_addrs(a));
+        let st = EpState::new(io, remote, sn, ep_cfg, Lanes::default(), self.p2p_addrs(a));
         let e = &mut self.nodes[a].engine;
         let got = e.conn.connect(&mut e.sh, st);
         assert_eq!(got, id);
@@ -322,12 +345,28 @@ impl Sim {
                         self.send_front_now(n, ep, Front::Ctrl { io, ctrl });
                     }
                 }
-                // The simulated transport has no tag matching: it refuses every receive.
-                Action::TagPost { rid, .. } => {
-                    let e = &mut self.nodes[n].engine;
-                    e.tag.offload_post_failed(&mut e.sh, rid);
+                // The modelled tag list takes the receive (the buffer stays the receive's), or
+                // refuses it when full or absent.
+                Action::TagPost { rid, tag, seg, .. } => {
+                    let node = &mut self.nodes[n];
+                    if node.tm.len() < self.cfg.tm {
+                        node.tm.push((rid, tag, seg));
+                    } else {
+                        node.engine.tag.offload_post_failed(&mut node.engine.sh, rid);
+                    }
                 }
-                Action::TagCancel { .. } | Action::TagRndvCancel { .. } => {}
+                Action::TagCancel { rid, force } => {
+                    let node = &mut self.nodes[n];
+                    if let Some(i) = node.tm.iter().position(|p| p.0 == rid) {
+                        node.tm.remove(i);
+                        if !force {
+                            let e = &mut node.engine;
+                            e.tag.offload_completed(&mut e.sh, rid, 0, 0, 0, Status::Canceled);
+                        }
+                    }
+                }
+                // (No offloaded rendezvous in the model.)
+                Action::TagRndvCancel { .. } => {}
                 Action::Accept(req) => {
                     let e = &mut self.nodes[n].engine;
                     let id = e.sh.eps.next_id();
@@ -481,6 +520,42 @@ impl Sim {
         }
         let mut res = TxResult::of(TxStatus::Done);
         let (id, bytes, zc) = match &tx.op {
+            // Through the tag lane: the modelled transport's tagged messages.
+            op if tx.lane == Lane::Tag => match op {
+                TxOp::Short { hdr, data, .. } => {
+                    let mut b = [hdr.to_le_bytes(), 0u64.to_le_bytes()].concat();
+                    b.extend_from_slice(data.contig_bytes().unwrap_or(&[]));
+                    (SIM_TAG_EAGER, b, None)
+                }
+                TxOp::Bcopy { hdr, data, offset, len } => {
+                    let (tag, imm) = match hdr {
+                        crate::wire::DataHdr::Eager(h) => (h.tag, 0),
+                        crate::wire::DataHdr::EagerSync(h) => (h.tag, h.ep),
+                        _ => return TxResult::of(TxStatus::Failed(Status::InvalidParam)),
+                    };
+                    let mut b = [tag.to_le_bytes(), imm.to_le_bytes()].concat();
+                    let at = b.len();
+                    b.resize(at + len, 0);
+                    data.copy_out(*offset, &mut b[at..]).expect("the piece is in the buffer");
+                    (SIM_TAG_EAGER, b, None)
+                }
+                TxOp::Rts { hdr, offer, mem, .. } => {
+                    let mut hdr = *hdr;
+                    if let Some(m) = mem {
+                        res.memh = Some(uct::MemH::bounds("sim", m.seg.ptr, m.seg.len));
+                        if offer.key {
+                            hdr.rkey = key_of(m.seg);
+                        }
+                    }
+                    res.keyed = !hdr.rkey.is_empty();
+                    let mut b = hdr.tag.to_le_bytes().to_vec();
+                    let at = b.len();
+                    b.resize(at + hdr.encoded_len(), 0);
+                    hdr.encode(&mut b[at..]).expect("an RTS fits");
+                    (SIM_TAG_RNDV, b, None)
+                }
+                _ => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
+            },
             // The simulation runs the tag family and wireup; it has no remote memory.
             TxOp::Rma(_) => return TxResult::of(TxStatus::Failed(Status::Unsupported)),
             TxOp::Flush { .. } => return TxResult::of(TxStatus::Done),
@@ -599,8 +674,56 @@ impl Sim {
         res
     }
 
+    /// A tagged message of the modelled transport arrives at node `to`: it matches the
+    /// earliest receive posted to the node's list for its tag, or goes to the unexpected
+    /// handlers (which activate offload on the node, as a transport's first tagged message
+    /// does).
+    fn tm_arrive(&mut self, to: usize, id: u8, bytes: &[u8]) {
+        let tag = u64::from_le_bytes(bytes[..8].try_into().expect("a tag"));
+        let node = &mut self.nodes[to];
+        let hit = node.tm.iter().position(|p| p.1 == tag);
+        let e = &mut node.engine;
+        match (hit, id) {
+            (Some(i), SIM_TAG_EAGER) => {
+                let (rid, _, seg) = node.tm.remove(i);
+                let imm = u64::from_le_bytes(bytes[8..16].try_into().expect("an immediate value"));
+                let data = &bytes[16..];
+                let n = data.len().min(seg.len);
+                // SAFETY: the posted receive's buffer is valid until it completes (reported
+                // below); `n` fits it.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), seg.ptr, n) };
+                let status = if data.len() > seg.len { Status::MessageTruncated } else { Status::Ok };
+                e.tag.offload_consumed(&mut e.sh, rid);
+                e.tag.offload_completed(&mut e.sh, rid, tag, imm, n, status);
+            }
+            (Some(i), _) => {
+                let (rid, _, _) = node.tm.remove(i);
+                e.tag.offload_consumed(&mut e.sh, rid);
+                e.tag.offload_rndv(&mut e.sh, rid, tag, &bytes[8..]);
+            }
+            (None, SIM_TAG_EAGER) => {
+                let imm = u64::from_le_bytes(bytes[8..16].try_into().expect("an immediate value"));
+                let cfg = crate::tag::offload::OffloadCfg { thresh: 0, max_bb: 0, force_thresh: usize::MAX };
+                e.tag.offload_activate(0, self.cfg.tm, cfg);
+                if let Some(d) = e.tag.on_offload_eager(&mut e.sh, tag, imm, AmRecv::borrowed(&bytes[16..])) {
+                    d.run();
+                }
+            }
+            (None, _) => {
+                let cfg = crate::tag::offload::OffloadCfg { thresh: 0, max_bb: 0, force_thresh: usize::MAX };
+                e.tag.offload_activate(0, self.cfg.tm, cfg);
+                let u = uct::TagUnexpRndv { stag: tag, header: &bytes[8..], remote_addr: 0, length: 0, rkey_buf: &[] };
+                e.tag.on_offload_rndv(&mut e.sh, &u);
+            }
+        }
+        self.drain(to);
+    }
+
     /// A message arrives at node `to`.
     fn arrive(&mut self, to: usize, id: u8, mut bytes: Vec<u8>, zc: Option<Seg>) {
+        if id == SIM_TAG_EAGER || id == SIM_TAG_RNDV {
+            return self.tm_arrive(to, id, &bytes);
+        }
         if let Some(seg) = zc {
             let mut data = vec![0u8; seg.len];
             // SAFETY: the sender's user buffer stays valid until this operation's completion

@@ -37,6 +37,7 @@ fn cfg() -> SimConfig {
         p2p: false,
         immediate: false,
         keepalive: 0,
+        tm: 0,
     }
 }
 
@@ -413,4 +414,91 @@ fn malformed_protocol_messages_are_dropped() {
         }
     }
     sim.drain(0);
+}
+
+/// `cfg()` with a modelled transport's tag matching (a list of 8) and a tag lane: eager through
+/// it up to 1000 bytes (short up to 40), rendezvous as software requests beyond.
+fn tm_cfg() -> SimConfig {
+    let mut c = cfg();
+    c.tm = 8;
+    c.ep_cfg.tag = Some(crate::proto::config::TagLaneCaps { short_max: Some(40), bcopy_max: 1000, hw_rndv_max: 0 });
+    c
+}
+
+/// Sends a first message from node `from` over `ep` to node `to` and receives it there: it
+/// arrives unexpected through the transport's handlers, which activates offload on `to`.
+fn activate(sim: &mut Sim, from: usize, ep: Id, to: usize) {
+    let w = pattern(99, 10);
+    sim.send(from, ep, &w, 5, false, 900).unwrap();
+    // Everything delivered: it waits unexpected.
+    sim.run_until(|_| false);
+    let mut got = vec![0u8; 10];
+    sim.recv(to, &mut got, 5, u64::MAX, 901).unwrap();
+    assert!(Sim::completed(901).is_some() && got == w, "the first message");
+}
+
+#[test]
+fn tag_offload_in_memory_matches_in_the_transport_in_posting_order() {
+    for seed in [1, 2, 3] {
+        let mut sim = Sim::new(2, tm_cfg(), seed);
+        let (a, _b) = pair(&mut sim);
+        activate(&mut sim, 0, a, 1);
+        // Twelve receives for one tag: the first eight go to the transport's list (its size),
+        // the other four stay in software; the messages of every protocol through the tag lane
+        // then match them in posting order, in the transport and then in software.
+        let sizes = [8, 100, 1000, 2000, 8, 10_000, 40, 500, 8, 3000, 100, 70_000];
+        let sends: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(i, n)).collect();
+        let mut recvs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        for (i, r) in recvs.iter_mut().enumerate() {
+            sim.recv(1, r, 7, u64::MAX, 1000 + i).unwrap();
+        }
+        let posted = sim.nodes[1].engine.sh.counts.offload_posted;
+        assert_eq!(posted, 8, "the list takes eight");
+        for (i, d) in sends.iter().enumerate() {
+            sim.send(0, a, d, 7, i % 3 == 0, i).unwrap();
+        }
+        let n = sizes.len();
+        assert!(sim.run_until(|_| (0..n).all(|i| Sim::completed(i).is_some() && Sim::completed(1000 + i).is_some())));
+        for i in 0..n {
+            let (st, info, _) = Sim::completed(1000 + i).unwrap();
+            assert_eq!((st, info.length, info.sender_tag), (Status::Ok, sizes[i], 7), "receive {i}");
+            assert!(recvs[i] == sends[i], "receive {i} got other data (seed {seed})");
+            assert_eq!(Sim::completed(i).unwrap().0, Status::Ok, "send {i}");
+        }
+        let c = sim.nodes[1].engine.sh.counts;
+        assert_eq!(c.offload_matched, 8, "{c:?}");
+        assert_eq!(c.offload_sw_matched, 0, "{c:?}");
+        assert!(sim.nodes[1].tm.is_empty());
+        assert_idle(&sim);
+    }
+}
+
+#[test]
+fn tag_offload_in_memory_a_software_match_takes_the_receive_back() {
+    let mut sim = Sim::new(3, tm_cfg(), 5);
+    // Node 0 sends through a tag lane, node 1 (no tag lane) as active messages.
+    let a = sim.connect(0, 2);
+    let _ = sim.connect(2, 0);
+    let plain = cfg().ep_cfg;
+    let b = sim.connect_cfg(1, 2, plain);
+    let _ = sim.connect_cfg(2, 1, plain);
+    activate(&mut sim, 0, a, 2);
+    let mut r = vec![0u8; 100];
+    sim.recv(2, &mut r, 6, u64::MAX, 1000).unwrap();
+    assert_eq!(sim.nodes[2].tm.len(), 1, "posted to the transport");
+    // The message comes the other way: software matches the offloaded receive, cancels it in
+    // the transport, and delivers.
+    let d = pattern(6, 100);
+    sim.send(1, b, &d, 6, false, 1).unwrap();
+    assert!(sim.run_until(|_| Sim::completed(1000).is_some() && Sim::completed(1).is_some()));
+    assert_eq!(Sim::completed(1000).unwrap().0, Status::Ok);
+    assert!(r == d);
+    assert!(sim.nodes[2].tm.is_empty(), "still listed in the transport");
+    let c = sim.nodes[2].engine.sh.counts;
+    assert_eq!((c.offload_posted, c.offload_matched, c.offload_sw_matched), (1, 0, 1), "{c:?}");
+    // A later message of node 0 for that tag finds nothing listed: unexpected, as it should.
+    sim.send(0, a, &d, 6, false, 2).unwrap();
+    sim.run_until(|_| false);
+    assert!(Sim::completed(2).is_some());
+    assert_eq!(sim.nodes[2].engine.tag.unexp.len(), 1);
 }
