@@ -589,6 +589,21 @@ fn delayed_list_operations_lose_no_message() {
     settle(&worker);
     assert_eq!(b.unexp.borrow().len(), expected_unexp, "a message was delivered twice or lost");
     eprintln!("{completed} of 10 kept receives matched in the device, {expected_unexp} messages went to software");
+
+    // A cancel, then a forced one while the first's DEL waits: the receive is software's at
+    // once; its message goes to software, and neither cancel reports.
+    let log: Log<Ev> = Rc::default();
+    let c = ctx(&log);
+    let mut last = buf(&md, 256, 0);
+    // SAFETY: `last` lives to the end of the test.
+    unsafe { b.iface.tag_recv_zcopy(0x200, u64::MAX, &last.iov(256), c.clone()).unwrap() };
+    b.iface.tag_recv_cancel(&c, false).unwrap();
+    b.iface.tag_recv_cancel(&c, true).unwrap();
+    eager_bcopy(&worker, &*ab, 0x200, 0, b"after both cancels");
+    wait(&worker, "the message", || b.unexp.borrow().len() == expected_unexp + 1);
+    settle(&worker);
+    assert!(log.borrow().is_empty(), "a cancelled receive reported: {:?}", log.borrow());
+    assert_eq!(last.bytes(4), [0, 0, 0, 0], "the cancelled receive's buffer was written");
 }
 
 #[test]

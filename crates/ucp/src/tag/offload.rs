@@ -16,8 +16,13 @@
 //!   lets partial masks that name a sender through; this is the conservative form);
 //! * the transport has room (its `recv_max_outstanding`).
 //!
-//! Not here yet: UCX's bounce buffers for short receives (`UCX_TM_MAX_BB_SIZE`) and the push
-//! of earlier software receives for large ones (`UCX_TM_FORCE_THRESH`).
+//! Receives shorter than `UCX_TM_MAX_BB_SIZE` go through the driver's bounce buffers; a receive
+//! of `UCX_TM_FORCE_THRESH` or more posts the software receives waiting before it first.
+//!
+//! Known defect (to fix next): the emulated device keeps a receive posted with a stale
+//! unexpected count disabled for good, while this side counts it as offloaded, so a later
+//! receive for the same tag can be posted, enabled, and take a message the earlier one should
+//! have (`docs/ucp/tag-offload.md`, "Known defects").
 
 use ucs::idtable::Id;
 use ucs::Status;
