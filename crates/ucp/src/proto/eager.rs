@@ -236,12 +236,13 @@ pub(crate) fn send_done<L: Clone>(
     };
     let (total, sync, first) = (s.buf.len(), s.sync, offset == 0);
     let end = offset + n;
-    let msg = s.msg.get();
-    let offloaded = sh.eps.get(s.ep).is_some_and(|e| tag_lane(&e.cfg, msg) == Lane::Tag);
+    let (msg, ep) = (s.msg.get(), s.ep);
+    // Whether the send went through the tag lane (looked up only where it counts).
+    let offloaded = |eps: &crate::engine::EpTable<L>| eps.get(ep).is_some_and(|e| tag_lane(&e.cfg, msg) == Lane::Tag);
     match (op, s.phase) {
         (TxOp::Short { .. }, SendPhase::Queued) => {
             sh.counts.eager_short += 1;
-            sh.counts.offload_eager += offloaded as u64;
+            sh.counts.offload_eager += offloaded(&sh.eps) as u64;
             sent_all(sh, rid);
             Step::Finished
         }
@@ -251,11 +252,10 @@ pub(crate) fn send_done<L: Clone>(
             } else {
                 sh.counts.eager_bcopy += 1;
             }
-            if offloaded {
+            if offloaded(&sh.eps) {
                 sh.counts.offload_eager += 1;
                 if let (true, SendMsg::Tag(tag)) = (sync, msg) {
                     // Its acknowledgement will name the tag, not the request.
-                    let ep = s.ep;
                     if let Some(e) = sh.eps.get_mut(ep) {
                         e.offload_syncs.push_back((tag, rid));
                     }
@@ -275,7 +275,7 @@ pub(crate) fn send_done<L: Clone>(
             Step::Finished
         }
         (TxOp::Rts { .. }, phase) => {
-            sh.counts.offload_sw_rndv += offloaded as u64;
+            sh.counts.offload_sw_rndv += offloaded(&sh.eps) as u64;
             // The answer may have come during the send, and moved the phase on.
             if phase == (SendPhase::Rts { sent: false }) {
                 s.phase = SendPhase::Rts { sent: true };

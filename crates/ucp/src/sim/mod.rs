@@ -177,6 +177,20 @@ fn key_of(seg: Seg) -> uct::PackedKey {
     k
 }
 
+/// An RTS as the simulated driver sends it: the sender's buffer "registered" (a bounds
+/// handle in `res`) and, with `key`, its key in the header.
+fn expose_rts(hdr: &wire::RtsHdr, key: bool, mem: Option<&Mem>, res: &mut TxResult) -> wire::RtsHdr {
+    let mut hdr = *hdr;
+    if let Some(m) = mem {
+        res.memh = Some(uct::MemH::bounds("sim", m.seg.ptr, m.seg.len));
+        if key {
+            hdr.rkey = key_of(m.seg);
+        }
+    }
+    res.keyed = !hdr.rkey.is_empty();
+    hdr
+}
+
 /// The region a packed key names, if the key is well formed.
 fn region_of(k: &uct::PackedKey) -> Option<(u64, u64)> {
     let b: &[u8; 16] = k.as_slice().try_into().ok()?;
@@ -540,14 +554,7 @@ impl Sim {
                     (SIM_TAG_EAGER, b, None)
                 }
                 TxOp::Rts { hdr, offer, mem, .. } => {
-                    let mut hdr = *hdr;
-                    if let Some(m) = mem {
-                        res.memh = Some(uct::MemH::bounds("sim", m.seg.ptr, m.seg.len));
-                        if offer.key {
-                            hdr.rkey = key_of(m.seg);
-                        }
-                    }
-                    res.keyed = !hdr.rkey.is_empty();
+                    let hdr = expose_rts(hdr, offer.key, mem.as_ref(), &mut res);
                     let mut b = hdr.tag.to_le_bytes().to_vec();
                     let at = b.len();
                     b.resize(at + hdr.encoded_len(), 0);
@@ -580,14 +587,7 @@ impl Sim {
                 (c.am_id(), b, None)
             }
             TxOp::Rts { hdr, offer, mem, .. } => {
-                let mut hdr = *hdr;
-                if let Some(m) = mem {
-                    res.memh = Some(uct::MemH::bounds("sim", m.seg.ptr, m.seg.len));
-                    if offer.key {
-                        hdr.rkey = key_of(m.seg);
-                    }
-                }
-                res.keyed = !hdr.rkey.is_empty();
+                let hdr = expose_rts(hdr, offer.key, mem.as_ref(), &mut res);
                 let mut b = vec![0u8; hdr.encoded_len()];
                 hdr.encode(&mut b).expect("an RTS fits");
                 (wire::AM_RNDV_RTS, b, None)

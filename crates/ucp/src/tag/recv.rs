@@ -181,13 +181,22 @@ impl TagState {
     /// returned for the driver to run (the 8-byte receive path: no queue in between).
     #[inline(always)]
     pub fn on_eager<L: Clone>(&mut self, sh: &mut Shared<L>, m: AmRecv<'_>) -> Option<Done> {
-        let (wire::EagerHdr { tag }, payload) = match wire::EagerHdr::decode(m.data()) {
-            Ok(v) => v,
+        let tag = match wire::EagerHdr::decode(m.data()) {
+            Ok((h, _)) => h.tag,
             Err(e) => {
                 malformed(e);
                 return None;
             }
         };
+        self.eager_whole(sh, tag, m, len::EAGER_ONLY)
+    }
+
+    /// A whole eager message of `tag` (its data from `offset` in `m`): into the earliest
+    /// matching receive (taken back from the transport first if it was offloaded there), or
+    /// kept as unexpected; the completion to run, as [`TagState::on_eager`] says.
+    #[inline(always)]
+    fn eager_whole<L: Clone>(&mut self, sh: &mut Shared<L>, tag: Tag, m: AmRecv<'_>, offset: usize) -> Option<Done> {
+        let payload = &m.data()[offset..];
         match sh.reqs.deliver_expected(tag, payload) {
             Delivered::Done(done) => done,
             Delivered::Full(id, status) => {
@@ -195,10 +204,12 @@ impl TagState {
                 None
             }
             Delivered::NoMatch => {
-                self.unexpected_eager(sh, tag, m, len::EAGER_ONLY, None);
+                self.unexpected_eager(sh, tag, m, offset, None);
                 None
             }
             Delivered::Offloaded(rid) => {
+                // (Posted to the transport with a stale unexpected count, or just now: the
+                // transport left it unmatched; or the message came another way.)
                 self.shadow_taken(sh, rid);
                 self.deliver_whole(sh, rid, tag, payload, None);
                 None
@@ -361,24 +372,7 @@ impl TagState {
             }
             return None;
         }
-        match sh.reqs.deliver_expected(stag, m.data()) {
-            Delivered::Done(done) => done,
-            Delivered::Full(id, status) => {
-                sh.complete_full(id, status);
-                None
-            }
-            Delivered::NoMatch => {
-                self.unexpected_eager(sh, stag, m, 0, None);
-                None
-            }
-            Delivered::Offloaded(rid) => {
-                // (Posted to the transport with a stale unexpected count, or just now: the
-                // transport left it unmatched.)
-                self.shadow_taken(sh, rid);
-                self.deliver_whole(sh, rid, stag, m.data(), None);
-                None
-            }
-        }
+        self.eager_whole(sh, stag, m, 0)
     }
 
     /// A rendezvous request that came through a transport's tag matching

@@ -423,12 +423,11 @@ impl RcTm {
         let action = self.dev.borrow_mut().arrive(msg, idx as u64, wc.qp_num);
         match action {
             Some(TmAction::Place { recv_wr_id, from, len: n }) => {
-                let (with_imm, imm_lo) = imm_of(wc);
-                let app_ctx = Tmh::decode(msg).map_or(0, |(t, _)| t.app_ctx);
+                let (with_imm, imm) = imm_value(wc, Tmh::decode(msg).map_or(0, |(t, _)| t.app_ctx));
                 let mut r = self.recvs.borrow_mut();
                 match r.get(recv_wr_id) {
                     Some(rv) if n <= rv.len && from + n <= msg.len() => {
-                        rv.imm = if with_imm { (app_ctx as u64) << 32 | imm_lo as u64 } else { 0 };
+                        rv.imm = imm;
                         rv.sw_rndv = with_imm && rv.imm == 0;
                         if rv.sw_rndv {
                             // Software gets the whole request, however short the buffer.
@@ -475,20 +474,28 @@ impl RcTm {
     /// list operations later): software gets the message as unexpected, so it is not lost.
     /// (Not counted as unexpected: the device did not count it.)
     fn unclaimed(&self, wc: &sys::ibv_wc, buf: &mut Option<PoolBuf>, len: usize) {
+        self.to_software(wc, buf, len, false);
+    }
+
+    /// Hands the tagged message in `buf` to the unexpected handlers: an eager message with its
+    /// immediate value, a software rendezvous request (a `SEND_WITH_IMM` of 0) or an offloaded
+    /// one with its address and packed key. `counted`: the device counted it as unexpected
+    /// (the statistics say so too).
+    fn to_software(&self, wc: &sys::ibv_wc, buf: &mut Option<PoolBuf>, len: usize, counted: bool) {
         let Some(b) = buf.as_ref() else { return };
-        let (with_imm, imm_lo) = imm_of(wc);
         match TmMsg::decode(&b[..len]) {
-            Ok(TmMsg::Eager(tmh, payload)) => {
-                let imm = if with_imm { (tmh.app_ctx as u64) << 32 | imm_lo as u64 } else { 0 };
-                if with_imm && imm == 0 {
-                    (self.handlers.rndv)(TagUnexpRndv {
-                        stag: tmh.tag,
-                        header: payload,
-                        remote_addr: 0,
-                        length: 0,
-                        rkey_buf: &[],
-                    });
-                } else {
+            Ok(TmMsg::Eager(tmh, payload)) => match imm_value(wc, tmh.app_ctx) {
+                (true, 0) => {
+                    if counted {
+                        self.count(|s| s.rx_unexp_rndv_req += 1);
+                    }
+                    let u = TagUnexpRndv { stag: tmh.tag, header: payload, remote_addr: 0, length: 0, rkey_buf: &[] };
+                    (self.handlers.rndv)(u);
+                }
+                (_, imm) => {
+                    if counted {
+                        self.count(|s| s.rx_unexp_eager += 1);
+                    }
                     let n = payload.len();
                     (self.handlers.eager)(TagUnexpEager {
                         stag: tmh.tag,
@@ -496,8 +503,11 @@ impl RcTm {
                         msg: AmRecv::from_desc(buf, TMH_LEN, n),
                     });
                 }
-            }
+            },
             Ok(TmMsg::Rndv(tmh, rvh, header)) => {
+                if counted {
+                    self.count(|s| s.rx_unexp_rndv += 1);
+                }
                 let rkey = pack_rkey(rvh.rkey, rvh.va, rvh.len as u64);
                 (self.handlers.rndv)(TagUnexpRndv {
                     stag: tmh.tag,
@@ -507,7 +517,7 @@ impl RcTm {
                     rkey_buf: &rkey,
                 });
             }
-            _ => tracing::error!("rc_verbs: the tag device matched a message that is not tagged"),
+            _ => tracing::error!("rc_verbs: the tag device passed on a message that is not tagged"),
         }
     }
 
@@ -625,44 +635,7 @@ impl RcTm {
 
     /// An unexpected tagged message: to the eager or the rendezvous handler, counted.
     fn unexpected(&self, wc: &sys::ibv_wc, buf: &mut Option<PoolBuf>, len: usize) {
-        let Some(b) = buf.as_ref() else { return };
-        let (with_imm, imm_lo) = imm_of(wc);
-        match TmMsg::decode(&b[..len]) {
-            Ok(TmMsg::Eager(tmh, payload)) => {
-                let imm = if with_imm { (tmh.app_ctx as u64) << 32 | imm_lo as u64 } else { 0 };
-                if with_imm && imm == 0 {
-                    self.count(|s| s.rx_unexp_rndv_req += 1);
-                    // A software rendezvous request (`tag_rndv_request`): the header only.
-                    (self.handlers.rndv)(TagUnexpRndv {
-                        stag: tmh.tag,
-                        header: payload,
-                        remote_addr: 0,
-                        length: 0,
-                        rkey_buf: &[],
-                    });
-                } else {
-                    self.count(|s| s.rx_unexp_eager += 1);
-                    let n = payload.len();
-                    (self.handlers.eager)(TagUnexpEager {
-                        stag: tmh.tag,
-                        imm,
-                        msg: AmRecv::from_desc(buf, TMH_LEN, n),
-                    });
-                }
-            }
-            Ok(TmMsg::Rndv(tmh, rvh, header)) => {
-                self.count(|s| s.rx_unexp_rndv += 1);
-                let rkey = pack_rkey(rvh.rkey, rvh.va, rvh.len as u64);
-                (self.handlers.rndv)(TagUnexpRndv {
-                    stag: tmh.tag,
-                    header,
-                    remote_addr: rvh.va,
-                    length: rvh.len as usize,
-                    rkey_buf: &rkey,
-                });
-            }
-            _ => tracing::error!("rc_verbs: the tag device called a message unexpected that is not tagged"),
-        }
+        self.to_software(wc, buf, len, true);
         let n = self.sw_unexp.get().wrapping_add(1);
         self.sw_unexp.set(n);
         if n % SYNC_EVERY == 0 {
@@ -850,12 +823,14 @@ impl RcTm {
     }
 }
 
-/// Whether a receive completion carries an immediate value, and the value (host order).
-fn imm_of(wc: &sys::ibv_wc) -> (bool, u32) {
+/// Whether a receive completion carries an immediate value, and the 64-bit value UCX makes of
+/// it: the TMH's `app_ctx` above the IB immediate (0 without one).
+fn imm_value(wc: &sys::ibv_wc, app_ctx: u32) -> (bool, u64) {
     if wc.wc_flags & sys::IBV_WC_WITH_IMM != 0 {
         // SAFETY: both members of the union are 32-bit integers; with `IBV_WC_WITH_IMM` the
         // provider wrote `imm_data` (network order).
-        (true, u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data }))
+        let lo = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+        (true, (app_ctx as u64) << 32 | lo as u64)
     } else {
         (false, 0)
     }
