@@ -114,8 +114,10 @@ pub(crate) enum Proto {
 /// With a tag lane ([`EpConfig::tag`]) a tagged send takes [`select_tag_lane`]'s choice.
 #[inline(always)]
 pub(crate) fn select(cfg: &EpConfig, op: Op) -> Proto {
-    if let (Some(t), OpKind::TagSend | OpKind::TagSendSync) = (cfg.tag, op.kind) {
-        return select_tag_lane(cfg, &t, op);
+    if let Some(t) = &cfg.tag {
+        if matches!(op.kind, OpKind::TagSend | OpKind::TagSendSync) {
+            return select_tag_lane(cfg, t, op);
+        }
     }
     if (op.len >= cfg.rndv_thresh && op.kind.rndv_ok()) || matches!(op.kind, OpKind::Am { force: Force::Rndv, .. }) {
         return Proto::Rndv;

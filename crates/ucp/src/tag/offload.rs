@@ -60,6 +60,15 @@ pub(crate) struct OffloadCfg {
     pub force_thresh: usize,
 }
 
+impl Offload {
+    /// Whether receives may be offloaded (a tagged message came through a transport's tag
+    /// matching): the one check the receive path makes without it.
+    #[inline(always)]
+    pub fn active(&self) -> bool {
+        self.iface.is_some()
+    }
+}
+
 impl TagState {
     /// A tagged message came through the tag matching of interface `iface`, which takes up to
     /// `max` receives: receives may be offloaded from now on (the first such interface).
@@ -75,6 +84,7 @@ impl TagState {
 
     /// Receive `rid` for `tag`/`mask` into `buf` was just queued: posts it to the transport
     /// too when the rules allow.
+    #[inline(never)]
     pub(crate) fn try_offload<L: Clone>(
         &mut self,
         sh: &mut Shared<L>,

@@ -54,7 +54,9 @@ impl TagState {
         st.exp = exp;
         let rid = reqs.tab.insert(st);
         debug_assert_eq!(rid.index(), at, "the request took another slot than the queues were told");
-        self.try_offload(sh, rid, tag, mask, &buf, hint);
+        if self.offload.active() {
+            self.try_offload(sh, rid, tag, mask, &buf, hint);
+        }
         Ok(RecvOut::Req(rid))
     }
 
