@@ -179,6 +179,71 @@ fn a_receive_the_transport_left_disabled_is_matched_in_software() {
     assert!(c.offload_sw_matched >= 1, "software did not take the offloaded receive: {c:?}");
 }
 
+/// MPI ordering across a receive the transport added at a stale phase: R2 is posted from a
+/// completion callback while the transport has counted one unexpected message that software
+/// has not (so the transport adds it disabled), R3 for the same tag after software caught up
+/// (its count is current). The two messages for the tag then go to R2 and R3 in that order: R3
+/// never overtakes R2, whichever of them the transport or software matched. (With entries
+/// added at a stale phase left disabled for good, R3 took the first message.)
+#[test]
+fn a_receive_added_at_a_stale_phase_is_not_overtaken_by_a_later_one() {
+    use std::sync::Mutex;
+    static R2: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+    if !uct_ib::testing::rdma_available() {
+        return;
+    }
+    let tls = "rc_v,ud_v";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = [("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
+    let w: &'static Worker =
+        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
+    let mut s = RemoteSender::spawn(w, tls, &cfg);
+    assert!(s.lanes(w).split(' ').any(|l| l == "tag=rc_verbs"));
+    let r1: &'static mut [u8] = Box::leak(vec![0u8; 8].into_boxed_slice());
+    let r2 = Box::leak(vec![0u8; 4096].into_boxed_slice()).as_mut_ptr() as usize;
+    // R1: below UCX_TM_THRESH, so software only; its completion posts R2 (4 KiB: offloaded).
+    let param = RequestParam::new().callback(move |st, _| {
+        assert_eq!(st, ucs::Status::Ok);
+        // SAFETY: R2's buffer is leaked: valid for the rest of the process.
+        let data = RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(r2 as *mut u8, 4096) });
+        let p2 = RequestParam::new().callback(|st, info| {
+            assert_eq!(st, ucs::Status::Ok);
+            *R2.lock().unwrap() = Some((info.length, info.sender_tag as usize));
+        });
+        // SAFETY: as above.
+        let posted = unsafe { w.tag_recv_nbx(data, 2, FULL_MASK, p2) };
+        assert!(posted.is_ok(), "posting from a completion callback: {:?}", posted.err());
+    });
+    // SAFETY: R1's buffer is leaked.
+    let first = unsafe { w.tag_recv_nbx(RecvData::Contig(r1), 1, FULL_MASK, param) };
+    assert!(first.is_ok());
+    let before = w.proto_counts();
+    s.send(w, 1, 8, 1, false);
+    let t = std::time::Instant::now();
+    while w.proto_counts().offload_posted == before.offload_posted {
+        w.progress();
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "R2 was not posted");
+    }
+    // Software has now counted the first message: R3's ADD carries the current count.
+    let mut r3 = post(w, 2, FULL_MASK, 4096);
+    assert_eq!(w.proto_counts().offload_posted - before.offload_posted, 2, "R3 was not offloaded");
+    s.send(w, 2, 4096, 21, false);
+    s.send(w, 2, 4096, 22, false);
+    r3.check(w, 4096, 22, 2);
+    let t = std::time::Instant::now();
+    while R2.lock().unwrap().is_none() {
+        w.progress();
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "R2 did not complete");
+    }
+    s.flush(w);
+    assert_eq!(*R2.lock().unwrap(), Some((4096, 2)));
+    // SAFETY: the receive completed; nothing writes the buffer any more.
+    let got = unsafe { std::slice::from_raw_parts(r2 as *const u8, 4096) };
+    assert!(got == pattern(4096, 21).as_slice(), "R2 did not get the first message for its tag");
+    let c = w.proto_counts();
+    eprintln!("{c:?}");
+}
+
 /// `UCX_TM_FORCE_THRESH` and `UCX_TM_MAX_BB_SIZE`: receives below `UCX_TM_THRESH` stay in
 /// software until a large receive posted after them pushes them to the transport (in their
 /// order, before itself), the small ones through bounce buffers; every message then matches

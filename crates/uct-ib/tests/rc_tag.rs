@@ -503,8 +503,9 @@ fn cancel_limits_and_the_unexpected_count() {
     settle(&worker);
 
     // A receive posted before software counted an unexpected message (here: from the handler
-    // of that message, before it returns) carries a stale count: the device keeps it disabled,
-    // so a message for its tag arrives unexpected. Software must find such receives itself
+    // of that message, before it returns) carries a stale count: the device keeps it disabled
+    // until a later list operation reports the current count (none does here), so a message for
+    // its tag arrives unexpected. Software must find such receives itself
     // (UCP searches its posted receives for every unexpected message).
     let stale_log: Log<Ev> = Rc::default();
     let stale = ctx(&stale_log);

@@ -15,11 +15,14 @@
 //!   untagged messages complete as `NO_TAG` and do not count;
 //! * phases: an ADD records the unexpected count software last reported (its own, with
 //!   `TM_SYNC`); the entry is enabled only if that equals the device's count when the ADD
-//!   runs, and otherwise stays disabled until deleted (the strict reading of "tag matching is
-//!   disabled for new tags until software and hardware synchronize"; what hardware does with a
-//!   later synchronization is not documented). List completions whose phase differs from the
-//!   device's carry `SYNC_REQ`, as does an unexpected completion once the device is 0x3fff
-//!   ahead of software.
+//!   runs. Otherwise it stays disabled until a later list operation reports a count equal to
+//!   the device's: then every listed entry is enabled again ("tag matching is disabled for new
+//!   tags until software and hardware synchronize"; what hardware does at that point is not
+//!   documented, and this is the reading UCX relies on: it never reads `SYNC_REQ`, and with
+//!   entries left disabled for good a later receive for the same tag could be enabled and
+//!   take a message ahead of them). List completions whose phase differs from the device's
+//!   carry `SYNC_REQ`, as does an unexpected completion once the device is 0x3fff ahead of
+//!   software.
 //!
 //! * a matched rendezvous request completes with `MATCH` at once; the device then reads the
 //!   sender's data into the buffer (an action: the driver posts the RDMA read on the queue pair
@@ -242,6 +245,8 @@ pub struct TmDevice {
     hw_unexp: u16,
     /// The count software last reported.
     sw_cnt: u16,
+    /// Listed entries added at a stale phase and not enabled since.
+    disabled: usize,
     /// Rendezvous reads in progress, and the next read's name.
     reads: Vec<PendingRead>,
     next_read: u64,
@@ -260,6 +265,7 @@ impl TmDevice {
             cq: VecDeque::new(),
             hw_unexp: 0,
             sw_cnt: 0,
+            disabled: 0,
             reads: Vec::new(),
             next_read: 0,
         }
@@ -319,13 +325,15 @@ impl TmDevice {
             ListOp::Add { wr_id, recv_wr_id, tag, mask, len, signaled, unexpected_cnt } => {
                 let phase = self.report(unexpected_cnt);
                 let i = slot.expect("an ADD has its slot");
+                let enabled = phase == self.hw_unexp;
+                self.disabled += usize::from(!enabled);
                 let s = &mut self.slots[i as usize];
                 *s = Slot {
                     tag: tag & mask,
                     mask,
                     recv_wr_id,
                     len,
-                    enabled: phase == self.hw_unexp,
+                    enabled,
                     listed: true,
                     allocated: true,
                     expect: s.expect,
@@ -342,6 +350,7 @@ impl TmDevice {
                 if listed {
                     self.list.retain(|&x| x != handle);
                     let s = &mut self.slots[handle as usize];
+                    self.disabled -= usize::from(!s.enabled);
                     s.listed = false;
                     s.allocated = false;
                     // No message will consume it now.
@@ -463,9 +472,16 @@ impl TmDevice {
     }
 
     /// Takes software's count if the operation reports one; the phase the operation carries.
+    /// When it equals the device's count, entries added at a stale phase are enabled.
     fn report(&mut self, cnt: Option<u16>) -> u16 {
         if let Some(c) = cnt {
             self.sw_cnt = c;
+        }
+        if self.disabled > 0 && self.sw_cnt == self.hw_unexp {
+            for &i in &self.list {
+                self.slots[i as usize].enabled = true;
+            }
+            self.disabled = 0;
         }
         self.sw_cnt
     }

@@ -74,7 +74,7 @@ fn untagged_and_unclassified_messages_go_to_software_uncounted() {
 }
 
 #[test]
-fn an_add_at_a_stale_phase_is_disabled_and_asks_for_a_sync() {
+fn an_add_at_a_stale_phase_is_disabled_until_the_counts_agree() {
     let mut d = dev();
     // The message arrives unexpected before software's ADD runs; the ADD carries the old count.
     d.arrive(&eager(3, 0, b""), 50, 0);
@@ -88,15 +88,41 @@ fn an_add_at_a_stale_phase_is_disabled_and_asks_for_a_sync() {
     // it against the unexpected one first; MPI ordering).
     assert_eq!(d.arrive(&eager(3, 0, b""), 51, 0), None);
     assert_eq!(d.unexpected(), 2);
-    // Software syncs and re-posts: the new buffer is enabled.
-    d.post(&[ListOp::Sync { wr_id: 9, signaled: true, unexpected_cnt: Some(2) }, add(2, 101, 3, ALL, 8, 2)]).unwrap();
+    // An operation reporting a count still behind leaves it disabled.
+    d.post(&[ListOp::Sync { wr_id: 8, signaled: true, unexpected_cnt: Some(1) }]).unwrap();
+    run(&mut d);
+    d.poll();
+    assert_eq!(d.poll().map(|s| (s.kind, s.sync_req)), Some((CqeKind::Sync, true)));
+    assert_eq!(d.arrive(&eager(3, 0, b""), 52, 0), None);
+    // Software catches up and posts another buffer for the tag: the counts agree, so the first
+    // buffer is enabled again and, added earlier, takes the next message; the second the one
+    // after (a later receive never overtakes an earlier one).
+    d.post(&[ListOp::Sync { wr_id: 9, signaled: true, unexpected_cnt: Some(3) }, add(2, 101, 3, ALL, 8, 3)]).unwrap();
     run(&mut d);
     d.poll();
     let s = d.poll().unwrap();
     assert_eq!((s.kind, s.sync_req), (CqeKind::Sync, false));
     let a = d.poll().unwrap();
     assert_eq!((a.kind, a.sync_req), (CqeKind::Add, false));
-    assert_eq!(d.arrive(&eager(3, 0, b""), 52, 0), Some(TmAction::Place { recv_wr_id: 101, from: 16, len: 0 }));
+    assert_eq!(d.arrive(&eager(3, 0, b""), 53, 0), Some(TmAction::Place { recv_wr_id: 100, from: 16, len: 0 }));
+    assert_eq!(d.arrive(&eager(3, 0, b""), 54, 0), Some(TmAction::Place { recv_wr_id: 101, from: 16, len: 0 }));
+}
+
+#[test]
+fn a_del_reporting_the_count_removes_a_disabled_buffer_before_it_is_enabled() {
+    let mut d = dev();
+    d.arrive(&eager(3, 0, b""), 50, 0);
+    let h = d.post(&[add(1, 100, 3, ALL, 8, 0)]).unwrap()[0].unwrap();
+    run(&mut d);
+    while d.poll().is_some() {}
+    // Software matched the unexpected message to the receive itself and takes the buffer back;
+    // the DEL carries the count that agrees with the device's.
+    d.post(&[ListOp::Del { wr_id: 2, handle: h, signaled: true, unexpected_cnt: Some(1) }]).unwrap();
+    run(&mut d);
+    let c = d.poll().unwrap();
+    assert_eq!((c.kind, c.status, c.sync_req), (CqeKind::Del, CqeStatus::Success, false));
+    assert_eq!(d.arrive(&eager(3, 0, b""), 51, 0), None);
+    assert_eq!(d.free_slots(), d.caps().max_num_tags as usize);
 }
 
 #[test]
@@ -261,7 +287,8 @@ fn ev() -> impl Strategy<Value = Ev> {
 proptest! {
     /// Random list operations and arrivals, with software reporting the unexpected completions
     /// it has polled on every operation, against a reference list: every match names the
-    /// buffer the reference picks (the earliest added, enabled one under its mask), no buffer
+    /// buffer the reference picks (the earliest added, enabled one under its mask; entries
+    /// added at a stale phase are enabled by the first operation whose count agrees), no buffer
     /// receives twice or after its DEL succeeded, the counts agree, and an ADD's handle is
     /// never one still in use.
     #[test]
@@ -269,7 +296,7 @@ proptest! {
         let mut d = TmDevice::new(TmCaps { max_num_tags: 4, max_ops: 6 });
         // Reference: queued operations; the list of (recv_wr_id, tag, mask, enabled) in order.
         #[derive(Clone, Copy)]
-        enum Q { Add(u64, u64, u64, u16), Del(u64) }
+        enum Q { Add(u64, u64, u64, u16), Del(u64, u16) }
         let mut queue: VecDeque<Q> = VecDeque::new();
         let mut list: Vec<(u64, u64, u64, bool)> = Vec::new();
         let mut ref_unexp: u16 = 0;
@@ -298,16 +325,22 @@ proptest! {
                     if let Some(&(id, h)) = live.get(k) {
                         let op = ListOp::Del { wr_id: 1, handle: h, signaled: true, unexpected_cnt: Some(sw_polled_unexp) };
                         if d.post(&[op]).is_ok() {
-                            queue.push_back(Q::Del(id));
+                            queue.push_back(Q::Del(id, sw_polled_unexp));
                         }
                     }
                 }
                 Ev::Step => {
                     let ran = d.step();
                     prop_assert_eq!(ran, !queue.is_empty());
+                    // An operation whose count agrees with the device's enables every entry.
+                    if let Some(Q::Add(.., phase) | Q::Del(_, phase)) = queue.front() {
+                        if *phase == ref_unexp {
+                            list.iter_mut().for_each(|x| x.3 = true);
+                        }
+                    }
                     match queue.pop_front() {
                         Some(Q::Add(id, tag, mask, phase)) => list.push((id, tag, mask, phase == ref_unexp)),
-                        Some(Q::Del(id)) => {
+                        Some(Q::Del(id, _)) => {
                             if let Some(p) = list.iter().position(|x| x.0 == id) {
                                 list.remove(p);
                                 live.retain(|x| x.0 != id);
