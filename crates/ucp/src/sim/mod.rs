@@ -77,6 +77,11 @@ pub(crate) struct SimConfig {
     pub keepalive: u64,
     /// Model a transport's tag matching with a list of this many receives (0: none).
     pub tm: usize,
+    /// The offload settings a node takes when its first tagged message arrives.
+    pub tm_offload: crate::tag::offload::OffloadCfg,
+    /// The modelled transport refuses receives of this length (as for a buffer it cannot
+    /// register).
+    pub tm_refuse_len: Option<usize>,
 }
 
 /// Counts of what the network did.
@@ -360,10 +365,10 @@ impl Sim {
                     }
                 }
                 // The modelled tag list takes the receive (the buffer stays the receive's), or
-                // refuses it when full or absent.
+                // refuses it when full or absent, or of the length it is told to refuse.
                 Action::TagPost { rid, tag, seg, .. } => {
                     let node = &mut self.nodes[n];
-                    if node.tm.len() < self.cfg.tm {
+                    if node.tm.len() < self.cfg.tm && Some(seg.len) != self.cfg.tm_refuse_len {
                         node.tm.push((rid, tag, seg));
                     } else {
                         node.engine.tag.offload_post_failed(&mut node.engine.sh, rid);
@@ -703,15 +708,13 @@ impl Sim {
             }
             (None, SIM_TAG_EAGER) => {
                 let imm = u64::from_le_bytes(bytes[8..16].try_into().expect("an immediate value"));
-                let cfg = crate::tag::offload::OffloadCfg { thresh: 0, max_bb: 0, force_thresh: usize::MAX };
-                e.tag.offload_activate(0, self.cfg.tm, cfg);
+                e.tag.offload_activate(0, self.cfg.tm, self.cfg.tm_offload);
                 if let Some(d) = e.tag.on_offload_eager(&mut e.sh, tag, imm, AmRecv::borrowed(&bytes[16..])) {
                     d.run();
                 }
             }
             (None, _) => {
-                let cfg = crate::tag::offload::OffloadCfg { thresh: 0, max_bb: 0, force_thresh: usize::MAX };
-                e.tag.offload_activate(0, self.cfg.tm, cfg);
+                e.tag.offload_activate(0, self.cfg.tm, self.cfg.tm_offload);
                 let u = uct::TagUnexpRndv { stag: tag, header: &bytes[8..], remote_addr: 0, length: 0, rkey_buf: &[] };
                 e.tag.on_offload_rndv(&mut e.sh, &u);
             }

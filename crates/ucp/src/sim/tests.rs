@@ -38,6 +38,8 @@ fn cfg() -> SimConfig {
         immediate: false,
         keepalive: 0,
         tm: 0,
+        tm_offload: crate::tag::offload::OffloadCfg { thresh: 0, max_bb: 0, force_thresh: usize::MAX },
+        tm_refuse_len: None,
     }
 }
 
@@ -501,4 +503,43 @@ fn tag_offload_in_memory_a_software_match_takes_the_receive_back() {
     sim.run_until(|_| false);
     assert!(Sim::completed(2).is_some());
     assert_eq!(sim.nodes[2].engine.tag.unexp.len(), 1);
+}
+
+/// `UCX_TM_FORCE_THRESH` with a receive of the batch refused by the transport: the receives
+/// queued after it stay in software too, so none of them matches in the transport ahead of it;
+/// the messages reach the receives in posting order.
+#[test]
+fn tag_offload_in_memory_a_refused_receive_keeps_the_rest_of_a_forced_batch_in_software() {
+    let mut c = tm_cfg();
+    c.tm_offload = crate::tag::offload::OffloadCfg { thresh: 1000, max_bb: 0, force_thresh: 10_000 };
+    c.tm_refuse_len = Some(200);
+    let mut sim = Sim::new(2, c, 9);
+    let (a, _b) = pair(&mut sim);
+    activate(&mut sim, 0, a, 1);
+    // Three small receives (software only), the second one the transport refuses; then a large
+    // one, which pushes the three to the transport before itself.
+    let caps = [100, 200, 300, 20_000];
+    let mut recvs: Vec<Vec<u8>> = caps.iter().map(|&n| vec![0u8; n]).collect();
+    for (i, r) in recvs.iter_mut().enumerate() {
+        sim.recv(1, r, 7, u64::MAX, 1000 + i).unwrap();
+    }
+    let k = sim.nodes[1].engine.sh.counts;
+    assert_eq!((k.offload_forced, k.offload_refused), (3, 3), "{k:?}");
+    assert_eq!(k.offload_posted, 1, "{k:?}");
+    assert_eq!(sim.nodes[1].tm.len(), 1, "only the receive before the refused one is in the transport");
+    let sizes = [50, 60, 70, 80];
+    let sends: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(i + 1, n)).collect();
+    for (i, d) in sends.iter().enumerate() {
+        sim.send(0, a, d, 7, false, i).unwrap();
+    }
+    assert!(sim.run_until(|_| (0..4).all(|i| Sim::completed(1000 + i).is_some())));
+    for i in 0..4 {
+        let (st, info, _) = Sim::completed(1000 + i).unwrap();
+        assert_eq!((st, info.length), (Status::Ok, sizes[i]), "receive {i}");
+        assert!(recvs[i][..sizes[i]] == sends[i][..], "receive {i} got another message");
+    }
+    let k = sim.nodes[1].engine.sh.counts;
+    assert_eq!(k.offload_matched, 1, "{k:?}");
+    assert!(sim.nodes[1].tm.is_empty());
+    assert_idle(&sim);
 }

@@ -18,11 +18,8 @@
 //!
 //! Receives shorter than `UCX_TM_MAX_BB_SIZE` go through the driver's bounce buffers; a receive
 //! of `UCX_TM_FORCE_THRESH` or more posts the software receives waiting before it first.
-//!
-//! Known defect (to fix next): the emulated device keeps a receive posted with a stale
-//! unexpected count disabled for good, while this side counts it as offloaded, so a later
-//! receive for the same tag can be posted, enabled, and take a message the earlier one should
-//! have (`docs/ucp/tag-offload.md`, "Known defects").
+//! A receive the transport refuses stays in software, and takes the receives queued to be
+//! posted after it back with it (a forced batch is all or none from the refused one on).
 
 use ucs::idtable::Id;
 use ucs::Status;
@@ -154,15 +151,38 @@ impl TagState {
         true
     }
 
-    /// The transport refused receive `rid`: it stays a software receive.
+    /// The transport refused receive `rid`: it stays a software receive, and so do the
+    /// receives still queued to be posted after it (the rest of a forced batch, or receives
+    /// posted since): in the transport they would match ahead of it. (Posts run in the order
+    /// they were queued, so every queued one is later than `rid`.)
     pub fn offload_post_failed<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) {
-        let reqs = &mut sh.reqs;
-        if reqs.tab.get(rid).is_some_and(|r| r.exp.is_offloaded()) {
-            reqs.exp.set_offloaded(&mut reqs.tab, rid.index(), false);
-            self.offload.posted = self.offload.posted.saturating_sub(1);
-            sh.counts.offload_posted -= 1;
-            sh.counts.offload_refused += 1;
+        if !self.unpost(sh, rid) {
+            return;
         }
+        let mut i = 0;
+        while i < sh.actions.len() {
+            match sh.actions[i] {
+                Action::TagPost { rid: later, .. } => {
+                    sh.actions.remove(i);
+                    self.unpost(sh, later);
+                }
+                _ => i += 1,
+            }
+        }
+    }
+
+    /// Receive `rid`, marked offloaded, is not in the transport after all: a software receive
+    /// again (counted as refused). False if it was not marked.
+    fn unpost<L: Clone>(&mut self, sh: &mut Shared<L>, rid: Id) -> bool {
+        let reqs = &mut sh.reqs;
+        if !reqs.tab.get(rid).is_some_and(|r| r.exp.is_offloaded()) {
+            return false;
+        }
+        reqs.exp.set_offloaded(&mut reqs.tab, rid.index(), false);
+        self.offload.posted = self.offload.posted.saturating_sub(1);
+        sh.counts.offload_posted -= 1;
+        sh.counts.offload_refused += 1;
+        true
     }
 
     /// Software took receive `rid` off the expected queues (a message matched it): if it was
