@@ -46,11 +46,13 @@ mod am;
 mod peer;
 mod rma;
 mod setup;
+mod tag;
 
 pub use am::{am_invalid, am_keep_desc, am_reentrant, am_sizes, am_zcopy_iov, pending_fairness};
 pub use peer::{serve_agent, AgentCommand};
 pub use rma::{atomics, ep_check, flush, peer_failure, put_get, rkey_unpack_garbage};
 pub use setup::{Options, Pair, Target};
+pub use tag::tag_matching;
 
 /// Outcome of one check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +87,8 @@ pub fn take_turn() -> std::sync::MutexGuard<'static, ()> {
 
 /// [`run_all`] for a test binary: it takes a turn ([`take_turn`]), prints every verdict, and
 /// panics on a skipped check unless `may_skip(check, reason, across_processes)` allows it.
-/// Returns the verdicts.
+/// (`tag_matching` may skip on interfaces opened without tag handlers: transports offer tag
+/// matching only with them.) Returns the verdicts.
 pub fn run_checked(opts: &Options, may_skip: impl Fn(&str, &str, bool) -> bool) -> Vec<(&'static str, Verdict)> {
     let _turn = take_turn();
     let remote = opts.agent.is_some();
@@ -93,7 +96,8 @@ pub fn run_checked(opts: &Options, may_skip: impl Fn(&str, &str, bool) -> bool) 
     for (name, v) in &results {
         eprintln!("{} ({}): {name}: {v:?}", opts.resource, if remote { "two processes" } else { "one process" });
         if let Verdict::Skipped(why) = v {
-            assert!(may_skip(name, why, remote), "{}: {name} skipped: {why}", opts.resource);
+            let no_tag = *name == "tag_matching" && !opts.tag_handlers;
+            assert!(no_tag || may_skip(name, why, remote), "{}: {name} skipped: {why}", opts.resource);
         }
     }
     results
@@ -114,5 +118,6 @@ pub fn run_all(opts: &Options) -> Vec<(&'static str, Verdict)> {
         ("ep_check", ep_check(opts)),
         ("rkey_unpack_garbage", rkey_unpack_garbage(opts)),
         ("peer_failure", peer_failure(opts)),
+        ("tag_matching", tag_matching(opts)),
     ]
 }

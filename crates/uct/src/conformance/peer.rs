@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use ucs::{Outcome, Status, UcsResult};
 
 use crate::{
-    find_resource, AmDesc, AmRecv, Ep, EpParams, Iface, IfaceParams, MdFlags, MemAccess, MemH, ProgressFlags, Worker,
-    AM_ID_MAX,
+    find_resource, AmDesc, AmRecv, Ep, EpParams, Iface, IfaceParams, Iov, MdFlags, MemAccess, MemH, ProgressFlags,
+    TagHandlers, TagRecvContext, Worker, AM_ID_MAX,
 };
 
 /// Prefix of the agent's answer lines (other output on stdout, e.g. the test harness's, is
@@ -73,6 +73,50 @@ pub(crate) struct RegionInfo {
     pub registered_heap: bool,
 }
 
+/// What a receive posted to tag matching reported through its context's callbacks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TagReport {
+    /// `tag_consumed` ran.
+    pub consumed: bool,
+    /// Callbacks run in all (`tag_consumed` included).
+    pub calls: usize,
+    /// `tag_consumed` ran before `completed` or `rndv` (or neither has run).
+    pub consumed_first: bool,
+    /// `completed`: sender tag, immediate value, length, status.
+    pub completed: Option<(u64, u64, usize, Status)>,
+    /// `rndv`: sender tag and the request's header.
+    pub rndv: Option<(u64, Vec<u8>)>,
+}
+
+/// A tagged message the receiver's unexpected handlers got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TagUnexp {
+    Eager { stag: u64, imm: u64, data: Vec<u8> },
+    Rndv { stag: u64, header: Vec<u8>, remote_addr: u64, length: usize, rkey: Vec<u8> },
+}
+
+/// Where the kit's tag handlers put what they get.
+pub(crate) type TagSink = Rc<RefCell<Vec<TagUnexp>>>;
+
+/// Tag-offload handlers that record every unexpected message into `sink`.
+pub(crate) fn kit_tag_handlers(sink: &TagSink) -> TagHandlers {
+    let (e, r) = (sink.clone(), sink.clone());
+    TagHandlers {
+        eager: Rc::new(move |m| {
+            e.borrow_mut().push(TagUnexp::Eager { stag: m.stag, imm: m.imm, data: m.msg.data().to_vec() })
+        }),
+        rndv: Rc::new(move |m| {
+            r.borrow_mut().push(TagUnexp::Rndv {
+                stag: m.stag,
+                header: m.header.to_vec(),
+                remote_addr: m.remote_addr,
+                length: m.length,
+                rkey: m.rkey_buf.to_vec(),
+            })
+        }),
+    }
+}
+
 /// The receiving side of a pair.
 pub(crate) trait Peer {
     fn is_remote(&self) -> bool;
@@ -111,6 +155,21 @@ pub(crate) trait Peer {
     fn close(&self);
     /// Kills the peer process (remote only).
     fn kill(&self);
+    /// Posts a receive for `tag`/`mask` to tag matching into `len` bytes at `off` of region
+    /// `region` (`tag_recv_zcopy`); returns the receive's number.
+    fn tag_post(&self, tag: u64, mask: u64, region: u32, off: usize, len: usize) -> UcsResult<u32>;
+    /// `tag_recv_cancel` of receive `recv`.
+    fn tag_cancel(&self, recv: u32, force: bool) -> UcsResult<()>;
+    /// What receive `recv` reported so far.
+    fn tag_report(&self, recv: u32) -> TagReport;
+    /// Drains the unexpected tagged messages received so far.
+    fn tag_unexpected(&self) -> Vec<TagUnexp>;
+}
+
+/// A receive the kit posted to tag matching: its context and what it reported.
+struct TagPosted {
+    ctx: Rc<TagRecvContext>,
+    report: Rc<RefCell<TagReport>>,
 }
 
 const GUARD_WORDS: usize = 8;
@@ -162,10 +221,13 @@ pub(crate) struct LocalPeer {
     state: Rc<RefCell<State>>,
     eps: RefCell<Vec<Rc<dyn Ep>>>,
     regions: RefCell<Vec<Option<Region>>>,
+    tag_sink: TagSink,
+    tag_recvs: RefCell<Vec<TagPosted>>,
 }
 
 impl LocalPeer {
-    pub(crate) fn new(iface: Rc<dyn Iface>, md: Rc<dyn crate::Md>) -> Self {
+    /// The receiver around `iface`, whose tag handlers (if any) record into `tag_sink`.
+    pub(crate) fn new(iface: Rc<dyn Iface>, md: Rc<dyn crate::Md>, tag_sink: TagSink) -> Self {
         let n = AM_ID_MAX as usize;
         let state =
             State { inbox: vec![Vec::new(); n], counts: vec![0; n], keep_first: vec![0; n], ..State::default() };
@@ -175,7 +237,25 @@ impl LocalPeer {
             state: Rc::new(RefCell::new(state)),
             eps: RefCell::default(),
             regions: RefCell::default(),
+            tag_sink,
+            tag_recvs: RefCell::default(),
         }
+    }
+
+    /// Posts `ctx` into `len` bytes at `off` of region `region`.
+    fn tag_post_ctx(&self, ctx: &Rc<TagRecvContext>, at: (u32, usize, usize, u64, u64)) -> UcsResult<()> {
+        let (region, off, len, tag, mask) = at;
+        let iface = self.iface();
+        self.with_region(region, |r| {
+            assert!(r.memh.is_some() && off + len <= r.len, "a tagged receive outside a live region");
+            // SAFETY: in bounds (asserted).
+            let ptr = unsafe { r.addr.add(off) };
+            let iov = [Iov::new(ptr, len, r.memh.as_ref())];
+            // SAFETY: the region stays allocated and registered until the kit frees it, which
+            // it does only after the receive completed or was cancelled (or with the interface
+            // gone).
+            unsafe { iface.tag_recv_zcopy(tag, mask, &iov, ctx.clone()) }
+        })
     }
 
     fn iface(&self) -> Rc<dyn Iface> {
@@ -362,6 +442,47 @@ impl Peer for LocalPeer {
 
     fn kill(&self) {
         panic!("kill: the receiver is in this process");
+    }
+
+    fn tag_post(&self, tag: u64, mask: u64, region: u32, off: usize, len: usize) -> UcsResult<u32> {
+        let report: Rc<RefCell<TagReport>> = Rc::default();
+        let (r1, r2, r3) = (report.clone(), report.clone(), report.clone());
+        let ctx = Rc::new(TagRecvContext {
+            tag_consumed: Box::new(move || {
+                let mut r = r1.borrow_mut();
+                r.consumed = true;
+                r.calls += 1;
+                r.consumed_first = r.completed.is_none() && r.rndv.is_none();
+            }),
+            completed: Box::new(move |tag, imm, len, status| {
+                let mut r = r2.borrow_mut();
+                r.calls += 1;
+                r.completed = Some((tag, imm, len, status));
+            }),
+            rndv: Box::new(move |tag, header, _status| {
+                let mut r = r3.borrow_mut();
+                r.calls += 1;
+                r.rndv = Some((tag, header.to_vec()));
+            }),
+        });
+        let at = (region, off, len, tag, mask);
+        self.tag_post_ctx(&ctx, at)?;
+        let mut recvs = self.tag_recvs.borrow_mut();
+        recvs.push(TagPosted { ctx, report });
+        Ok((recvs.len() - 1) as u32)
+    }
+
+    fn tag_cancel(&self, recv: u32, force: bool) -> UcsResult<()> {
+        let ctx = self.tag_recvs.borrow().get(recv as usize).expect("no such tagged receive").ctx.clone();
+        self.iface().tag_recv_cancel(&ctx, force)
+    }
+
+    fn tag_report(&self, recv: u32) -> TagReport {
+        self.tag_recvs.borrow().get(recv as usize).expect("no such tagged receive").report.borrow().clone()
+    }
+
+    fn tag_unexpected(&self) -> Vec<TagUnexp> {
+        std::mem::take(&mut *self.tag_sink.borrow_mut())
     }
 }
 
@@ -623,6 +744,69 @@ impl Peer for RemotePeer {
         let _ = child.wait();
         self.dead.set(true);
     }
+
+    fn tag_post(&self, tag: u64, mask: u64, region: u32, off: usize, len: usize) -> UcsResult<u32> {
+        let a = self.call(&format!("TPOST {tag} {mask} {region} {off} {len}"))?;
+        Ok(self.number(&a, 0) as u32)
+    }
+
+    fn tag_cancel(&self, recv: u32, force: bool) -> UcsResult<()> {
+        self.call(&format!("TCANCEL {recv} {}", u8::from(force))).map(drop)
+    }
+
+    fn tag_report(&self, recv: u32) -> TagReport {
+        let a = self.ok(&format!("TREPORT {recv}"));
+        let bad = || -> ! { panic!("agent: bad TREPORT answer {a:?}") };
+        let n = |s: &str| s.parse::<u64>().unwrap_or_else(|_| bad());
+        let completed = match a.get(3).map(String::as_str) {
+            Some("-") => None,
+            Some(s) => {
+                let f: Vec<&str> = s.split(',').collect();
+                let [t, imm, len, st] = f[..] else { bad() };
+                let st = st.parse::<i8>().ok().and_then(Status::from_code).unwrap_or_else(|| bad());
+                Some((n(t), n(imm), n(len) as usize, st))
+            }
+            None => bad(),
+        };
+        let rndv = match a.get(4).map(String::as_str) {
+            Some("-") => None,
+            Some(s) => {
+                let (t, h) = s.split_once(',').unwrap_or_else(|| bad());
+                Some((n(t), unhex(h).unwrap_or_else(|_| bad())))
+            }
+            None => bad(),
+        };
+        TagReport {
+            consumed: self.number(&a, 0) == 1,
+            calls: self.number(&a, 1),
+            consumed_first: self.number(&a, 2) == 1,
+            completed,
+            rndv,
+        }
+    }
+
+    fn tag_unexpected(&self) -> Vec<TagUnexp> {
+        let a = self.ok("TUNEXP");
+        a.iter()
+            .map(|s| {
+                let bad = || -> ! { panic!("agent: bad TUNEXP entry {s:?}") };
+                let f: Vec<&str> = s.split(',').collect();
+                let n = |s: &str| s.parse::<u64>().unwrap_or_else(|_| bad());
+                let h = |s: &str| unhex(s).unwrap_or_else(|_| bad());
+                match f[..] {
+                    ["E", stag, imm, data] => TagUnexp::Eager { stag: n(stag), imm: n(imm), data: h(data) },
+                    ["R", stag, header, addr, len, rkey] => TagUnexp::Rndv {
+                        stag: n(stag),
+                        header: h(header),
+                        remote_addr: n(addr),
+                        length: n(len) as usize,
+                        rkey: h(rkey),
+                    },
+                    _ => bad(),
+                }
+            })
+            .collect()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -722,13 +906,14 @@ fn serve_one(worker: &Worker, peer: &mut Option<LocalPeer>, line: &str) -> Resul
         let (md, tl) = find_resource(&resource)?;
         let mut params = IfaceParams::new(&tl.tl_name, &tl.dev_name);
         params.config = config;
+        let sink = TagSink::default();
         if tag {
-            params.tag_handlers = Some(super::setup::kit_tag_handlers());
+            params.tag_handlers = Some(kit_tag_handlers(&sink));
         }
         let iface: Rc<dyn Iface> = md.iface_open(worker, &params)?.into();
         iface.progress_enable(ProgressFlags::SEND | ProgressFlags::RECV);
         let out = vec![hex(&iface.device_address()), hex(&iface.iface_address())];
-        *peer = Some(LocalPeer::new(iface, md));
+        *peer = Some(LocalPeer::new(iface, md, sink));
         return Ok(out);
     }
     let p = peer.as_ref().ok_or("no OPEN yet")?;
@@ -793,6 +978,42 @@ fn serve_one(worker: &Worker, peer: &mut Option<LocalPeer>, line: &str) -> Resul
             p.close();
             vec![]
         }
+        "TPOST" => {
+            let n = |i: usize| -> Result<u64, String> { arg(i)?.parse().map_err(|e| format!("argument {i}: {e}")) };
+            vec![p.tag_post(n(1)?, n(2)?, num(3)? as u32, num(4)?, num(5)?)?.to_string()]
+        }
+        "TCANCEL" => {
+            p.tag_cancel(num(1)? as u32, num(2)? == 1)?;
+            vec![]
+        }
+        "TREPORT" => {
+            let r = p.tag_report(num(1)? as u32);
+            let completed = match r.completed {
+                Some((t, imm, len, st)) => format!("{t},{imm},{len},{}", st.code()),
+                None => "-".into(),
+            };
+            let rndv = match &r.rndv {
+                Some((t, h)) => format!("{t},{}", hex(h)),
+                None => "-".into(),
+            };
+            vec![
+                u8::from(r.consumed).to_string(),
+                r.calls.to_string(),
+                u8::from(r.consumed_first).to_string(),
+                completed,
+                rndv,
+            ]
+        }
+        "TUNEXP" => p
+            .tag_unexpected()
+            .iter()
+            .map(|u| match u {
+                TagUnexp::Eager { stag, imm, data } => format!("E,{stag},{imm},{}", hex(data)),
+                TagUnexp::Rndv { stag, header, remote_addr, length, rkey } => {
+                    format!("R,{stag},{},{remote_addr},{length},{}", hex(header), hex(rkey))
+                }
+            })
+            .collect(),
         other => return Err(format!("unknown request {other}").into()),
     };
     Ok(out)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ucs::{OpResult, Outcome, Status, UcsResult};
 
-use super::peer::{AgentCommand, LocalPeer, Peer, RemotePeer};
+use super::peer::{kit_tag_handlers, AgentCommand, LocalPeer, Peer, RemotePeer, TagSink};
 use crate::{find_resource, Ep, EpParams, Iface, IfaceFlags, IfaceParams, Md, ProgressFlags, RemoteKey, Worker};
 
 /// What to test and how.
@@ -24,9 +24,10 @@ pub struct Options {
     /// Run the receiving side in another process started with this command (see
     /// [`serve_agent`](super::serve_agent)); `None` keeps it in this process.
     pub agent: Option<AgentCommand>,
-    /// Open every interface with tag-offload handlers ([`IfaceParams::tag_handlers`]), for
-    /// transports whose active messages change with tag matching on. The checks send no
-    /// tagged message: one arriving makes the handler panic.
+    /// Open every interface with tag-offload handlers ([`IfaceParams::tag_handlers`]): needed
+    /// for [`tag_matching`](super::tag_matching), and for transports whose active messages
+    /// change with tag matching on (the other checks then run with it on). The handlers
+    /// record what arrives for the tag check.
     pub tag_handlers: bool,
 }
 
@@ -99,8 +100,9 @@ impl Pair {
         let failures: Rc<RefCell<Vec<(u64, Status)>>> = Rc::default();
         let f2 = failures.clone();
         params.err_handler = Some(Rc::new(move |ud, st| f2.borrow_mut().push((ud, st))));
+        let sink = TagSink::default();
         if opts.tag_handlers {
-            params.tag_handlers = Some(kit_tag_handlers());
+            params.tag_handlers = Some(kit_tag_handlers(&sink));
         }
         let open = |params: &IfaceParams| -> UcsResult<Rc<dyn Iface>> {
             let i: Rc<dyn Iface> = md.iface_open(&worker, params)?.into();
@@ -127,7 +129,7 @@ impl Pair {
                 } else {
                     open(&params)?
                 };
-                (Rc::new(LocalPeer::new(receiver, md.clone())), sender)
+                (Rc::new(LocalPeer::new(receiver, md.clone(), sink)), sender)
             }
         };
         let mut pair = Pair { eps: Vec::new(), sender, md, worker, failures, rx, timeout: opts.timeout };
@@ -299,6 +301,11 @@ impl Target {
         self.peer.guards_intact(self.id)
     }
 
+    /// The region's number on the receiving side.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
     /// True when the region is heap memory registered with the domain (not allocated by it).
     pub fn is_registered_heap(&self) -> bool {
         self.registered_heap
@@ -332,12 +339,4 @@ pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-/// Tag-offload handlers for the kit's interfaces: the checks send no tagged messages.
-pub(crate) fn kit_tag_handlers() -> crate::TagHandlers {
-    crate::TagHandlers {
-        eager: Rc::new(|m| panic!("the kit sends no tagged messages, but an eager one arrived (tag {:#x})", m.stag)),
-        rndv: Rc::new(|m| panic!("the kit sends no tagged messages, but a rendezvous arrived (tag {:#x})", m.stag)),
-    }
 }
