@@ -637,3 +637,67 @@ fn dead_receiver_fails_the_offloaded_rendezvous() {
     assert_ne!(st, Status::Ok, "a rendezvous to a dead peer completed successfully");
     eprintln!("the offloaded rendezvous failed with {st:?}");
 }
+
+/// A receive the device matched is reported consumed before any other callback runs, even
+/// when completions queued before the match (here a rendezvous read that finished in the same
+/// progress call) are handled first: a callback of those could otherwise take the receive in
+/// software (UCP does, for a message of the same tag sent to itself over `self`) while the
+/// device had placed its message there already, and that message would be lost.
+#[test]
+fn a_match_is_reported_before_the_callbacks_of_earlier_completions() {
+    let Some((md, port)) = device() else { return };
+    let worker = Worker::default();
+    let a = open(&md, port, &worker, true, &[]);
+    let b = open(&md, port, &worker, true, &[]);
+    let (ab, _ba) = connect(&a.iface, &b.iface);
+    let len = 64 * 1024;
+    let mut sbuf = buf(&md, len, 0);
+    sbuf.mem.copy_from_slice(&pattern(len, 9));
+    let mut rbuf = buf(&md, len, 0);
+    let mut ebuf = buf(&md, 64, 0);
+    let (log0, log1): (Log<Ev>, Log<Ev>) = (Rc::default(), Rc::default());
+    // R0 (rendezvous): its completion notes what R1 had reported by then.
+    let seen: Rc<RefCell<Option<Vec<Ev>>>> = Rc::default();
+    let (l0, l1, s) = (log0.clone(), log1.clone(), seen.clone());
+    let ctx0 = Rc::new(TagRecvContext {
+        tag_consumed: Box::new({
+            let l0 = l0.clone();
+            move || l0.borrow_mut().push(Ev::Consumed)
+        }),
+        completed: Box::new(move |tag, imm, len, status| {
+            *s.borrow_mut() = Some(l1.borrow().clone());
+            l0.borrow_mut().push(Ev::Completed { tag, imm, len, status });
+        }),
+        rndv: Box::new(|_, _, _| panic!("the rendezvous was handed back")),
+    });
+    // SAFETY: the buffers live to the end of the test.
+    unsafe { b.iface.tag_recv_zcopy(0x70, u64::MAX, &rbuf.iov(len), ctx0).unwrap() };
+    // SAFETY: as above.
+    unsafe { b.iface.tag_recv_zcopy(0x71, u64::MAX, &ebuf.iov(64), ctx(&log1)).unwrap() };
+    let comp = Completion::new(1, |_| {});
+    let siov = sbuf.iov(len);
+    // SAFETY: `sbuf` lives until the completion.
+    let op = unsafe { ab.tag_rndv_zcopy(0x70, b"r0", &siov, SendFlags::empty(), Some(&comp)) };
+    assert!(matches!(op, Ok(Outcome::Done(_))), "{op:?}");
+    // The request matched and the device's read is under way; then R1's message, with the
+    // receiver left alone until the read finished and the message arrived.
+    wait(&worker, "the rendezvous match", || !log0.borrow().is_empty());
+    assert_eq!(ab.tag_eager_short(0x71, b"for r1"), Ok(Outcome::Done(())));
+    std::thread::sleep(Duration::from_secs(1));
+    worker.progress();
+    assert!(
+        log0.borrow().len() == 2 && log1.borrow().len() == 2,
+        "the read's end and the message were not handled in one progress call (R0 {:?}, R1 {:?}): \
+         the test did not set up the case",
+        log0.borrow(),
+        log1.borrow()
+    );
+    assert_eq!(
+        seen.borrow().as_deref(),
+        Some(&[Ev::Consumed][..]),
+        "when R0 completed, R1 (whose message the device had placed) was not reported consumed"
+    );
+    assert_eq!(ebuf.bytes(6), b"for r1");
+    assert!(rbuf.bytes(len) == pattern(len, 9));
+    wait(&worker, "the rendezvous sender's completion", || comp.count() == 0);
+}

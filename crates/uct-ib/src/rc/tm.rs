@@ -421,12 +421,18 @@ impl RcTm {
         let Some(b) = buf.as_ref() else { return };
         let msg = &b[..len];
         let action = self.dev.borrow_mut().arrive(msg, idx as u64, wc.qp_num);
+        // The receive the device matched: reported consumed at once, before the callbacks of
+        // completions the device queued earlier run (one of them could otherwise have software
+        // take the receive that now holds this message).
+        let mut consumed = None;
         match action {
             Some(TmAction::Place { recv_wr_id, from, len: n }) => {
-                let (with_imm, imm) = imm_value(wc, Tmh::decode(msg).map_or(0, |(t, _)| t.app_ctx));
+                let (tag, app_ctx) = Tmh::decode(msg).map_or((0, 0), |(t, _)| (t.tag, t.app_ctx));
+                let (with_imm, imm) = imm_value(wc, app_ctx);
                 let mut r = self.recvs.borrow_mut();
                 match r.get(recv_wr_id) {
                     Some(rv) if n <= rv.len && from + n <= msg.len() => {
+                        rv.tag = tag;
                         rv.imm = imm;
                         rv.sw_rndv = with_imm && rv.imm == 0;
                         if rv.sw_rndv {
@@ -438,6 +444,7 @@ impl RcTm {
                             rv.rndv_hdr = Some(user.to_vec());
                         }
                         rv.consumed = true;
+                        consumed = Some(rv.ctx.clone());
                         // SAFETY: the posted buffer is valid for `rv.len >= n` bytes until the
                         // receive completes (the caller of `recv_post` promised); the source
                         // lies within the received message (checked).
@@ -453,10 +460,14 @@ impl RcTm {
             Some(TmAction::Read { read, qp, recv_wr_id, rvh }) => {
                 let target = self.recvs.borrow_mut().get(recv_wr_id).map(|rv| {
                     rv.consumed = true;
-                    (rv.buf, rv.lkey)
+                    rv.tag = Tmh::decode(msg).map_or(0, |(t, _)| t.tag);
+                    (rv.buf, rv.lkey, rv.ctx.clone())
                 });
                 match target {
-                    Some((dst, lkey)) => self.start_read(iface, Work::Read { read, qpn: qp, rvh, buf: dst, lkey }),
+                    Some((dst, lkey, ctx)) => {
+                        consumed = Some(ctx);
+                        self.start_read(iface, Work::Read { read, qpn: qp, rvh, buf: dst, lkey })
+                    }
                     None => {
                         // No read: the device completes it as failed, without a FIN.
                         self.read_finished(iface, read, false);
@@ -465,6 +476,10 @@ impl RcTm {
                 }
             }
             Some(TmAction::Fin { .. }) | None => {}
+        }
+        if let Some(ctx) = consumed {
+            self.count(|s| s.rx_exp += 1);
+            (ctx.tag_consumed)();
         }
         self.drain(iface, Some((wc, idx, buf, len)));
     }
@@ -562,23 +577,13 @@ impl RcTm {
         }
     }
 
-    /// A completion of a matched message: the match, the data, or both.
+    /// A completion of a matched message: the match (reported when the device placed the
+    /// message or started its read, see [`RcTm::rx`]), the data, or both.
     fn expected(&self, c: &TmCqe) {
-        let ctx = {
-            let mut r = self.recvs.borrow_mut();
-            let Some(rv) = r.get(c.wr_id) else {
-                // (A receive taken back by a forced cancel: its message went to software.)
-                tracing::debug!("rc_verbs: a tag-device completion for a receive taken back");
-                return;
-            };
-            if c.matched {
-                rv.tag = c.tag;
-            }
-            rv.ctx.clone()
-        };
-        if c.matched {
-            self.count(|s| s.rx_exp += 1);
-            (ctx.tag_consumed)();
+        if !self.recvs.borrow_mut().get(c.wr_id).is_some_and(|rv| rv.consumed) {
+            // (A receive taken back by a forced cancel: its message went to software.)
+            tracing::debug!("rc_verbs: a tag-device completion for a receive taken back");
+            return;
         }
         if !c.data_valid {
             return;
