@@ -26,6 +26,7 @@ use uct::conformance::Options;
 /// Registers every transport crate of the workspace that the cross-backend tests cover.
 pub fn register_all_transports() {
     uct_shm::register();
+    uct_tcp::register();
 }
 
 /// Conformance options for a resource, including the overrides that make its send resources
@@ -35,6 +36,11 @@ pub fn options_for(resource: &str) -> Options {
     match resource.split('/').next() {
         Some("self") => opts.with_scarce_config("RX_MAX_BUFS", "16"),
         Some("posix" | "sysv") => opts.with_scarce_config("FIFO_SIZE", "8"),
+        // Small socket buffers, so that sends run out of room without progress.
+        Some("tcp") => opts
+            .with_scarce_config("TX_SEG_SIZE", "64")
+            .with_scarce_config("SNDBUF", "1k")
+            .with_scarce_config("RCVBUF", "1k"),
         _ => opts,
     }
 }

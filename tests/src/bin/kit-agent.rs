@@ -5,5 +5,6 @@
 fn main() {
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     uct::conformance::serve_agent();
 }

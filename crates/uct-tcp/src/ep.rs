@@ -1,0 +1,363 @@
+//! A `tcp` endpoint: one connection to a peer interface, opened without blocking, and the
+//! bytes queued for it.
+//!
+//! A send appends the message (header and payload) to the endpoint's send buffer, which holds
+//! at most `UCX_TCP_TX_SEG_SIZE` bytes, and writes what the socket takes at once; the rest
+//! goes from progress. A send that does not fit returns `NoResource` (the pending queue then
+//! waits for room). A connection that fails (refused, reset, the peer gone) fails the
+//! endpoint: its operations return the error from then on, and the interface's error handler
+//! hears of it once.
+
+use std::cell::{Cell, RefCell};
+use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use ucs::arbiter::GroupId;
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{check_am_id, check_length, Completion, Ep, FlushFlags, PackFn, PendingHandle, SendFlags};
+
+use crate::iface::Inner;
+use crate::wire::{self, AM_HDR_LEN};
+
+/// Where the connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    Connecting,
+    Connected,
+    Failed(Status),
+}
+
+/// The state of an endpoint, shared with its interface's progress.
+pub(crate) struct EpState {
+    iface: Rc<Inner>,
+    sock: Socket,
+    peer: SockAddr,
+    state: Cell<ConnState>,
+    /// Bytes to send: `tx[head..]`.
+    tx: RefCell<Vec<u8>>,
+    head: Cell<usize>,
+    pub(crate) group: GroupId,
+    user_data: u64,
+    flush_comps: RefCell<Vec<Rc<Completion>>>,
+}
+
+impl EpState {
+    /// Opens a connection to `peer` (without waiting for it) with the handshake queued.
+    pub(crate) fn connect(iface: &Rc<Inner>, peer: SockAddr, user_data: u64) -> UcsResult<Rc<EpState>> {
+        let domain = if peer.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(|e| {
+            tracing::error!("tcp: cannot create a socket: {e}");
+            Status::IoError
+        })?;
+        let setup = || -> std::io::Result<()> {
+            sock.set_nonblocking(true)?;
+            if iface.cfg.nodelay {
+                sock.set_tcp_nodelay(true)?;
+            }
+            if let Some(b) = iface.cfg.sndbuf {
+                sock.set_send_buffer_size(b)?;
+            }
+            Ok(())
+        };
+        setup().map_err(|e| {
+            tracing::error!("tcp: cannot set up a socket: {e}");
+            Status::IoError
+        })?;
+        let state = match sock.connect(&peer) {
+            Ok(()) => ConnState::Connected,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == ErrorKind::WouldBlock => {
+                ConnState::Connecting
+            }
+            Err(e) => {
+                tracing::debug!(peer = ?peer.as_socket(), "tcp: connect failed: {e}");
+                return Err(Status::Unreachable);
+            }
+        };
+        let mut tx = Vec::with_capacity(iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN);
+        tx.extend_from_slice(&wire::handshake());
+        let group = iface.base.pending.add_group();
+        let st = Rc::new(EpState {
+            iface: iface.clone(),
+            sock,
+            peer,
+            state: Cell::new(state),
+            tx: RefCell::new(tx),
+            head: Cell::new(0),
+            group,
+            user_data,
+            flush_comps: RefCell::default(),
+        });
+        st.write();
+        Ok(st)
+    }
+
+    /// The error the endpoint failed with, if it did.
+    fn error(&self) -> Option<Status> {
+        match self.state.get() {
+            ConnState::Failed(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether `len` more bytes fit in the send buffer (nothing is queued beyond the handshake
+    /// and one segment).
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        let queued = self.tx.borrow().len() - self.head.get();
+        queued + len <= self.iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN
+    }
+
+    /// Nothing is left to send (or the endpoint failed: nothing will be).
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.error().is_some()
+            || (self.state.get() == ConnState::Connected && self.tx.borrow().len() == self.head.get())
+    }
+
+    pub(crate) fn add_flush_comp(&self, c: Rc<Completion>) {
+        self.flush_comps.borrow_mut().push(c);
+    }
+
+    /// Fails the endpoint with `status` (once): queued bytes are dropped, waiting flushes
+    /// complete with the error, and the interface's error handler hears of it.
+    fn fail(&self, status: Status) {
+        if self.error().is_some() {
+            return;
+        }
+        tracing::debug!(peer = ?self.peer.as_socket(), "tcp: endpoint failed: {status}");
+        self.state.set(ConnState::Failed(status));
+        self.tx.borrow_mut().clear();
+        self.head.set(0);
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        let comps = std::mem::take(&mut *self.flush_comps.borrow_mut());
+        for c in comps {
+            c.complete(status);
+        }
+        self.iface.base.report_failure(self.user_data, status);
+    }
+
+    /// Checks a connection in progress; true once it is up.
+    fn connected(&self) -> bool {
+        match self.state.get() {
+            ConnState::Connected => return true,
+            ConnState::Failed(_) => return false,
+            ConnState::Connecting => {}
+        }
+        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+        // SAFETY: one valid pollfd; no waiting.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r <= 0 || p.revents == 0 {
+            return false;
+        }
+        match self.sock.take_error() {
+            Ok(None) => {
+                self.state.set(ConnState::Connected);
+                true
+            }
+            Ok(Some(e)) | Err(e) => {
+                tracing::debug!(peer = ?self.peer.as_socket(), "tcp: connection failed: {e}");
+                self.fail(Status::Unreachable);
+                false
+            }
+        }
+    }
+
+    /// Writes what the socket takes; true if bytes went.
+    fn write(&self) -> bool {
+        if !self.connected() {
+            return false;
+        }
+        let mut wrote = false;
+        loop {
+            let r = {
+                let tx = self.tx.borrow();
+                let h = self.head.get();
+                if h == tx.len() {
+                    break;
+                }
+                (&self.sock).write(&tx[h..])
+            };
+            match r {
+                Ok(k) => {
+                    wrote = true;
+                    self.head.set(self.head.get() + k);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return wrote,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!(peer = ?self.peer.as_socket(), "tcp: write failed: {e}");
+                    self.fail(Status::ConnectionReset);
+                    return wrote;
+                }
+            }
+        }
+        self.tx.borrow_mut().clear();
+        self.head.set(0);
+        let comps = std::mem::take(&mut *self.flush_comps.borrow_mut());
+        for c in comps {
+            c.complete(Status::Ok);
+        }
+        wrote
+    }
+
+    /// Whether the peer closed the connection (without bytes queued, a write would not tell).
+    fn peer_closed(&self) -> bool {
+        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd; no waiting.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    }
+
+    /// Progress of this endpoint: connect, write; with `check_closed`, notice a peer that
+    /// closed. True if bytes went.
+    pub(crate) fn progress(&self, check_closed: bool) -> bool {
+        if self.error().is_some() {
+            return false;
+        }
+        let wrote = self.write();
+        if check_closed && self.state.get() == ConnState::Connected && self.peer_closed() {
+            self.fail(Status::ConnectionReset);
+        }
+        wrote
+    }
+
+    /// Whether a message of any allowed size fits now.
+    pub(crate) fn has_room_for_any(&self) -> bool {
+        self.has_room(AM_HDR_LEN + self.iface.base.attr.am.max_bcopy)
+    }
+
+    /// Queues one active message of at most `len` payload bytes written by `fill` (which says
+    /// how many it wrote, or fails: then nothing is queued), and writes.
+    fn send(&self, id: u8, len: usize, fill: impl FnOnce(&mut [u8]) -> UcsResult<usize>) -> OpResult<usize> {
+        if let Some(s) = self.error() {
+            return Err(s);
+        }
+        if !self.iface.base.pending.may_send(self.group) {
+            return Ok(Outcome::NoResource);
+        }
+        if !self.has_room(AM_HDR_LEN + len) {
+            self.write();
+            if !self.has_room(AM_HDR_LEN + len) {
+                return Ok(Outcome::NoResource);
+            }
+        }
+        let n = {
+            let mut tx = self.tx.borrow_mut();
+            let at = tx.len();
+            tx.resize(at + AM_HDR_LEN + len, 0);
+            match fill(&mut tx[at + AM_HDR_LEN..]) {
+                Ok(n) => {
+                    tx.truncate(at + AM_HDR_LEN + n);
+                    tx[at..at + AM_HDR_LEN].copy_from_slice(&wire::am_header(id, n));
+                    n
+                }
+                Err(e) => {
+                    tx.truncate(at);
+                    return Err(e);
+                }
+            }
+        };
+        self.write();
+        Ok(Outcome::Done(n))
+    }
+}
+
+impl Drop for EpState {
+    fn drop(&mut self) {
+        self.iface.base.pending.remove_group(self.group);
+    }
+}
+
+/// An endpoint of the `tcp` transport.
+pub struct TcpEp {
+    st: Rc<EpState>,
+}
+
+impl TcpEp {
+    pub(crate) fn new(st: Rc<EpState>) -> TcpEp {
+        TcpEp { st }
+    }
+}
+
+impl Ep for TcpEp {
+    fn am_short(&self, id: u8, header: u64, payload: &[u8]) -> OpResult {
+        check_am_id(id)?;
+        let len = payload.len() + 8;
+        check_length(len, self.st.iface.base.attr.am.max_short, "am_short")?;
+        self.st
+            .send(id, len, |b| {
+                b[..8].copy_from_slice(&header.to_ne_bytes());
+                b[8..len].copy_from_slice(payload);
+                Ok(len)
+            })
+            .map(|o| o.map(|_| ()))
+    }
+
+    fn am_short_iov(&self, id: u8, iov: &[&[u8]]) -> OpResult {
+        check_am_id(id)?;
+        let len = iov.iter().map(|s| s.len()).fold(0usize, usize::saturating_add);
+        check_length(len, self.st.iface.base.attr.am.max_short, "am_short_iov")?;
+        self.st
+            .send(id, len, |b| {
+                let mut at = 0;
+                for part in iov {
+                    b[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+                Ok(at)
+            })
+            .map(|o| o.map(|_| ()))
+    }
+
+    fn am_bcopy(&self, id: u8, pack: PackFn<'_>, _flags: SendFlags) -> OpResult<usize> {
+        check_am_id(id)?;
+        let max = self.st.iface.base.attr.am.max_bcopy;
+        self.st.send(id, max, |b| {
+            let n = pack(&mut b[..max]);
+            check_length(n, max, "am_bcopy").map(|()| n)
+        })
+    }
+
+    fn flush(&self, _flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
+        if let Some(s) = self.st.error() {
+            return Err(s);
+        }
+        if !self.st.iface.base.pending.group_is_empty(self.st.group) {
+            return Ok(Outcome::NoResource);
+        }
+        self.st.write();
+        if self.st.is_flushed() {
+            return Ok(Outcome::Done(()));
+        }
+        if let Some(c) = comp {
+            self.st.add_flush_comp(c.clone());
+        }
+        Ok(Outcome::InProgress)
+    }
+
+    fn check(&self, _comp: Option<&Rc<Completion>>) -> OpResult {
+        if let Some(s) = self.st.error() {
+            return Err(s);
+        }
+        if self.st.connected() && self.st.peer_closed() {
+            self.st.fail(Status::ConnectionReset);
+            return Err(Status::ConnectionReset);
+        }
+        Ok(Outcome::Done(()))
+    }
+
+    fn pending_add(&self, req: PendingHandle) -> UcsResult<()> {
+        if self.st.error().is_none()
+            && self.st.has_room_for_any()
+            && self.st.iface.base.pending.group_is_empty(self.st.group)
+        {
+            return Err(Status::Busy);
+        }
+        self.st.iface.base.pending.push(self.st.group, req);
+        Ok(())
+    }
+
+    fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
+        self.st.iface.base.pending.purge(self.st.group, sink);
+    }
+}

@@ -1,0 +1,402 @@
+//! The `tcp` interface: a listening socket on the device's address, the connections peers
+//! opened to it (their active messages are delivered from progress), and the endpoints this
+//! interface opened to others (one connection each, written from the send call and from
+//! progress).
+//!
+//! Addresses: the device address is the family (4 or 6) and the IP address's bytes; the
+//! interface address is the listening port (big-endian). An endpoint connects to the peer's
+//! address and port with a non-blocking `connect`, queues the handshake and sends once the
+//! connection is up. Connections are one-way: a peer that answers opens its own endpoint, as
+//! UCX's tcp transport did before it shared one socket per pair.
+
+use std::cell::{Cell, RefCell};
+use std::io::{ErrorKind, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::rc::{Rc, Weak};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use ucs::arbiter::GroupId;
+use ucs::{OpResult, Outcome, Status, UcsResult};
+use uct::{
+    AmRecv, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags,
+    IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
+};
+
+use crate::config::TcpIfaceConfig;
+use crate::ep::{EpState, TcpEp};
+use crate::md::NetDevice;
+use crate::wire::{self, AM_HDR_LEN, HANDSHAKE_LEN};
+
+/// A connection a peer opened to this interface: what arrived and is not delivered yet.
+struct Conn {
+    sock: Socket,
+    peer: Option<SocketAddr>,
+    /// Received bytes: `buf[head..tail]` is not handled yet.
+    buf: Vec<u8>,
+    head: usize,
+    tail: usize,
+    handshaken: bool,
+}
+
+/// The shared state of an interface.
+pub(crate) struct Inner {
+    pub(crate) base: BaseIface,
+    pub(crate) cfg: TcpIfaceConfig,
+    dev: NetDevice,
+    listener: Socket,
+    port: u16,
+    conns: RefCell<Vec<Option<Conn>>>,
+    /// Endpoints this interface opened, by their pending group.
+    pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpState>)>>,
+    /// Progress calls since the endpoints' connections were last checked for a closed peer.
+    ticks: Cell<u32>,
+}
+
+impl Inner {
+    /// Accepts new connections, delivers what arrived on them, moves the endpoints' queued
+    /// bytes, and runs pending requests that now have room.
+    pub(crate) fn progress(&self) -> usize {
+        let mut n = self.accept();
+        n += self.read_conns();
+        n += self.progress_eps();
+        if !self.base.pending.is_empty() {
+            n += self.base.pending.dispatch(|g| {
+                let ep = self.eps.borrow().iter().find(|(x, _)| *x == g).and_then(|(_, w)| w.upgrade());
+                match ep {
+                    Some(ep) if ep.has_room_for_any() => Resources::Available,
+                    Some(_) => Resources::EpNotReady,
+                    None => Resources::Available,
+                }
+            });
+        }
+        n
+    }
+
+    fn accept(&self) -> usize {
+        let mut n = 0;
+        loop {
+            match self.listener.accept() {
+                Ok((sock, addr)) => {
+                    if let Err(e) = sock.set_nonblocking(true) {
+                        tracing::warn!("tcp: cannot make an accepted socket non-blocking: {e}; dropped");
+                        continue;
+                    }
+                    if self.cfg.nodelay {
+                        let _ = sock.set_tcp_nodelay(true);
+                    }
+                    let peer = addr.as_socket();
+                    tracing::trace!(?peer, "tcp: accepted a connection");
+                    let conn =
+                        Conn { sock, peer, buf: vec![0u8; self.cfg.rx_seg_size], head: 0, tail: 0, handshaken: false };
+                    let mut conns = self.conns.borrow_mut();
+                    match conns.iter_mut().find(|c| c.is_none()) {
+                        Some(slot) => *slot = Some(conn),
+                        None => conns.push(Some(conn)),
+                    }
+                    n += 1;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // (EMFILE and the like: the connection stays in the backlog for later.)
+                    tracing::warn!("tcp: accept failed: {e}");
+                    return n;
+                }
+            }
+        }
+    }
+
+    /// Reads the connections and delivers their messages round robin, one message per
+    /// connection per round (so that no peer's burst delays the others'), up to
+    /// `MAX_DELIVER` messages in a call.
+    fn read_conns(&self) -> usize {
+        const MAX_DELIVER: usize = 1024;
+        let mut n = 0;
+        while n < MAX_DELIVER {
+            let mut round = 0;
+            let count = self.conns.borrow().len();
+            for i in 0..count {
+                // Taken out while its message is delivered: a handler may send, or accept.
+                let Some(mut c) = self.conns.borrow_mut().get_mut(i).and_then(Option::take) else { continue };
+                match self.next_message(&mut c) {
+                    Ok(true) => round += 1,
+                    Ok(false) => {}
+                    Err(()) => {
+                        tracing::debug!(peer = ?c.peer, "tcp: connection closed");
+                        continue;
+                    }
+                }
+                self.conns.borrow_mut()[i] = Some(c);
+            }
+            if round == 0 {
+                break;
+            }
+            n += round;
+        }
+        n
+    }
+
+    /// Delivers the next whole message of `c`, reading from its socket when its buffer holds
+    /// none: true if one was delivered; `Err` when the connection is to be dropped (closed by
+    /// the peer, failed, or it sent what cannot be read).
+    fn next_message(&self, c: &mut Conn) -> Result<bool, ()> {
+        let max = self.cfg.rx_seg_size - AM_HDR_LEN;
+        for _ in 0..2 {
+            // Whole messages in the buffer.
+            loop {
+                let avail = c.tail - c.head;
+                if !c.handshaken {
+                    if avail < HANDSHAKE_LEN {
+                        break;
+                    }
+                    let h: [u8; HANDSHAKE_LEN] = c.buf[c.head..c.head + HANDSHAKE_LEN].try_into().expect("length");
+                    if let Err(e) = wire::check_handshake(&h) {
+                        tracing::warn!(peer = ?c.peer, "tcp: dropped a connection: {e}");
+                        return Err(());
+                    }
+                    c.handshaken = true;
+                    c.head += HANDSHAKE_LEN;
+                    continue;
+                }
+                if avail < AM_HDR_LEN {
+                    break;
+                }
+                let h: [u8; AM_HDR_LEN] = c.buf[c.head..c.head + AM_HDR_LEN].try_into().expect("length");
+                let (id, len) = match wire::decode_am_header(&h, max) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(peer = ?c.peer, "tcp: dropped a connection: {e}");
+                        return Err(());
+                    }
+                };
+                if avail < AM_HDR_LEN + len {
+                    break;
+                }
+                let at = c.head + AM_HDR_LEN;
+                c.head = at + len;
+                let _ = self.base.am.invoke(id, AmRecv::borrowed(&c.buf[at..at + len]));
+                return Ok(true);
+            }
+            // None whole: read (once).
+            if c.head == c.tail {
+                c.head = 0;
+                c.tail = 0;
+            } else if c.head > 0 {
+                // Room for the rest of the message: move the unhandled bytes to the front.
+                c.buf.copy_within(c.head..c.tail, 0);
+                c.tail -= c.head;
+                c.head = 0;
+            }
+            loop {
+                match c.sock.read(&mut c.buf[c.tail..]) {
+                    Ok(0) => {
+                        if c.head != c.tail {
+                            tracing::warn!(peer = ?c.peer, bytes = c.tail - c.head,
+                                "tcp: a peer closed its connection in the middle of a message");
+                        }
+                        return Err(());
+                    }
+                    Ok(k) => {
+                        c.tail += k;
+                        break;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        tracing::debug!(peer = ?c.peer, "tcp: reading a connection failed: {e}");
+                        return Err(());
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Connects, writes and checks the endpoints; the number that moved bytes.
+    fn progress_eps(&self) -> usize {
+        let tick = self.ticks.get().wrapping_add(1);
+        self.ticks.set(tick);
+        // A closed peer is noticed on the next write; without writes, every 1024 calls.
+        let check_closed = tick % 1024 == 0;
+        let eps: Vec<Rc<EpState>> = {
+            let mut v = self.eps.borrow_mut();
+            v.retain(|(_, w)| w.strong_count() > 0);
+            v.iter().filter_map(|(_, w)| w.upgrade()).collect()
+        };
+        let mut n = 0;
+        for ep in eps {
+            n += ep.progress(check_closed) as usize;
+        }
+        n
+    }
+}
+
+/// The `tcp` interface.
+pub struct TcpIface {
+    inner: Rc<Inner>,
+}
+
+impl TcpIface {
+    pub(crate) fn open(worker: &Worker, params: &IfaceParams, dev: &NetDevice) -> UcsResult<Self> {
+        let cfg = TcpIfaceConfig::read(params)?;
+        let bind = match dev.addr {
+            IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), 0),
+            IpAddr::V6(a) => SocketAddr::V6(std::net::SocketAddrV6::new(a, 0, 0, dev.scope_id)),
+        };
+        let listener = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP)).map_err(|e| {
+            tracing::error!("tcp: cannot create a socket: {e}");
+            Status::IoError
+        })?;
+        let setup = || -> std::io::Result<u16> {
+            listener.set_reuse_address(true)?;
+            if let Some(b) = cfg.rcvbuf {
+                // (Accepted sockets inherit it, window scaling included.)
+                listener.set_recv_buffer_size(b)?;
+            }
+            listener.bind(&bind.into())?;
+            listener.listen(1024)?;
+            listener.set_nonblocking(true)?;
+            let port = listener.local_addr()?.as_socket().map(|a| a.port()).unwrap_or(0);
+            Ok(port)
+        };
+        let port = setup().map_err(|e| {
+            tracing::error!("tcp: cannot listen on {bind} ({}): {e}", dev.name);
+            Status::IoError
+        })?;
+        let max = cfg.tx_seg_size - AM_HDR_LEN;
+        let attr = IfaceAttr {
+            flags: IfaceFlags::CONNECT_TO_IFACE
+                | IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | IfaceFlags::PENDING
+                | IfaceFlags::CB_SYNC
+                | IfaceFlags::EP_CHECK
+                | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                | IfaceFlags::INTER_NODE,
+            am: OpCaps {
+                max_short: max,
+                max_bcopy: max,
+                opt_zcopy_align: 1,
+                align_mtu: 1,
+                max_iov: 1,
+                ..Default::default()
+            },
+            device_addr_len: 17,
+            iface_addr_len: 2,
+            ep_addr_len: 0,
+            max_num_eps: usize::MAX,
+            overhead: 50e-6,
+            latency: LinearFunc { c: 10e-6, m: 0.0 },
+            bandwidth: BandwidthModel { dedicated: 0.0, shared: 100e6 },
+            priority: 0,
+            ..Default::default()
+        };
+        tracing::debug!(dev = %dev.name, %bind, port, "tcp: interface listening");
+        Ok(TcpIface {
+            inner: Rc::new(Inner {
+                base: BaseIface::new(worker, params, attr),
+                cfg,
+                dev: dev.clone(),
+                listener,
+                port,
+                conns: RefCell::default(),
+                eps: RefCell::default(),
+                ticks: Cell::new(0),
+            }),
+        })
+    }
+}
+
+impl Drop for TcpIface {
+    fn drop(&mut self) {
+        self.inner.base.close();
+    }
+}
+
+/// The device address of `ip`: its family (4 or 6) and its bytes.
+fn encode_ip(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(a) => [&[4u8][..], &a.octets()].concat(),
+        IpAddr::V6(a) => [&[6u8][..], &a.octets()].concat(),
+    }
+}
+
+/// The IP address in a device address; `None` when it is not one.
+pub(crate) fn decode_ip(dev_addr: &[u8]) -> Option<IpAddr> {
+    match dev_addr {
+        [4, rest @ ..] if rest.len() == 4 => Some(IpAddr::V4(Ipv4Addr::new(rest[0], rest[1], rest[2], rest[3]))),
+        [6, rest @ ..] if rest.len() == 16 => {
+            let b: [u8; 16] = rest.try_into().ok()?;
+            Some(IpAddr::V6(Ipv6Addr::from(b)))
+        }
+        _ => None,
+    }
+}
+
+impl Iface for TcpIface {
+    fn base(&self) -> &BaseIface {
+        &self.inner.base
+    }
+
+    fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    fn progress_enable(&self, _flags: ProgressFlags) {
+        self.inner.base.enable_progress(&self.inner, Inner::progress);
+    }
+
+    fn device_address(&self) -> Vec<u8> {
+        encode_ip(self.inner.dev.addr)
+    }
+
+    fn iface_address(&self) -> Vec<u8> {
+        self.inner.port.to_be_bytes().to_vec()
+    }
+
+    fn is_reachable(&self, dev_addr: &[u8], iface_addr: Option<&[u8]>) -> bool {
+        let Some(ip) = decode_ip(dev_addr) else { return false };
+        if iface_addr.is_some_and(|a| a.len() != 2) {
+            return false;
+        }
+        // Same family; a loopback device reaches loopback addresses only, and only it does.
+        ip.is_ipv4() == self.inner.dev.addr.is_ipv4() && ip.is_loopback() == self.inner.dev.addr.is_loopback()
+    }
+
+    fn ep_create(&self, params: &EpParams<'_>) -> UcsResult<Box<dyn Ep>> {
+        let EpConnect::ToIface { dev_addr, iface_addr } = params.connect else {
+            return Err(Status::Unsupported);
+        };
+        let (Some(ip), Ok(port)) = (decode_ip(dev_addr), <[u8; 2]>::try_from(iface_addr)) else {
+            tracing::debug!("tcp: a malformed peer address");
+            return Err(Status::InvalidAddr);
+        };
+        if !self.is_reachable(dev_addr, Some(iface_addr)) {
+            return Err(Status::Unreachable);
+        }
+        let peer = match ip {
+            IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80 => {
+                SocketAddr::V6(std::net::SocketAddrV6::new(a, u16::from_be_bytes(port), 0, self.inner.dev.scope_id))
+            }
+            ip => SocketAddr::new(ip, u16::from_be_bytes(port)),
+        };
+        let st = EpState::connect(&self.inner, SockAddr::from(peer), params.user_data)?;
+        self.inner.eps.borrow_mut().push((st.group, Rc::downgrade(&st)));
+        Ok(Box::new(TcpEp::new(st)))
+    }
+
+    fn flush(&self, _flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
+        let eps: Vec<Rc<EpState>> = self.inner.eps.borrow().iter().filter_map(|(_, w)| w.upgrade()).collect();
+        let busy: Vec<&Rc<EpState>> = eps.iter().filter(|e| !e.is_flushed()).collect();
+        if busy.is_empty() {
+            return Ok(Outcome::Done(()));
+        }
+        if let Some(c) = comp {
+            c.add_count(busy.len() as i32 - 1);
+            for e in busy {
+                e.add_flush_comp(c.clone());
+            }
+        }
+        Ok(Outcome::InProgress)
+    }
+}
