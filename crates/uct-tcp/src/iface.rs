@@ -12,6 +12,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -36,6 +37,25 @@ struct Conn {
     head: usize,
     tail: usize,
     handshaken: bool,
+    /// The socket has bytes (epoll said so, and no read came back empty since).
+    readable: bool,
+}
+
+impl Conn {
+    /// Whether the socket has bytes, or the buffer a whole message (or the handshake).
+    fn has_more(&self) -> bool {
+        if self.readable {
+            return true;
+        }
+        let avail = self.tail - self.head;
+        if !self.handshaken {
+            return avail >= HANDSHAKE_LEN;
+        }
+        avail >= AM_HDR_LEN
+            && AM_HDR_LEN
+                + u32::from_le_bytes(self.buf[self.head + 4..self.head + 8].try_into().expect("4 bytes")) as usize
+                <= avail
+    }
 }
 
 /// The shared state of an interface.
@@ -45,6 +65,9 @@ pub(crate) struct Inner {
     dev: NetDevice,
     listener: Socket,
     port: u16,
+    /// The listener and the accepted connections (level-triggered), by [`LISTENER`] and
+    /// connection slot.
+    epoll: OwnedFd,
     conns: RefCell<Vec<Option<Conn>>>,
     /// Endpoints this interface opened, by their pending group.
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpState>)>>,
@@ -56,8 +79,7 @@ impl Inner {
     /// Accepts new connections, delivers what arrived on them, moves the endpoints' queued
     /// bytes, and runs pending requests that now have room.
     pub(crate) fn progress(&self) -> usize {
-        let mut n = self.accept();
-        n += self.read_conns();
+        let mut n = self.read_conns();
         n += self.progress_eps();
         if !self.base.pending.is_empty() {
             n += self.base.pending.dispatch(|g| {
@@ -68,6 +90,25 @@ impl Inner {
                     None => Resources::Available,
                 }
             });
+        }
+        n
+    }
+
+    /// Asks epoll which sockets have something (one system call, no waiting): accepts on the
+    /// listener, marks readable connections.
+    fn poll_events(&self) -> usize {
+        const MAX_EVENTS: usize = 16;
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        // SAFETY: `evs` holds `MAX_EVENTS` entries the kernel may write; no waiting.
+        let got = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), evs.as_mut_ptr(), MAX_EVENTS as i32, 0) };
+        let mut n = 0;
+        for ev in evs.iter().take(got.max(0) as usize) {
+            let key = ev.u64;
+            if key == LISTENER {
+                n += self.accept();
+            } else if let Some(Some(c)) = self.conns.borrow_mut().get_mut(key as usize) {
+                c.readable = true;
+            }
         }
         n
     }
@@ -86,13 +127,29 @@ impl Inner {
                     }
                     let peer = addr.as_socket();
                     tracing::trace!(?peer, "tcp: accepted a connection");
-                    let conn =
-                        Conn { sock, peer, buf: vec![0u8; self.cfg.rx_seg_size], head: 0, tail: 0, handshaken: false };
+                    let fd = sock.as_raw_fd();
+                    let conn = Conn {
+                        sock,
+                        peer,
+                        buf: vec![0u8; self.cfg.rx_seg_size],
+                        head: 0,
+                        tail: 0,
+                        handshaken: false,
+                        readable: true,
+                    };
                     let mut conns = self.conns.borrow_mut();
-                    match conns.iter_mut().find(|c| c.is_none()) {
-                        Some(slot) => *slot = Some(conn),
-                        None => conns.push(Some(conn)),
+                    let slot = match conns.iter().position(Option::is_none) {
+                        Some(i) => i,
+                        None => {
+                            conns.push(None);
+                            conns.len() - 1
+                        }
+                    };
+                    if let Err(e) = epoll_add(&self.epoll, fd, slot as u64) {
+                        tracing::warn!("tcp: cannot watch an accepted connection: {e}; dropped");
+                        continue;
                     }
+                    conns[slot] = Some(conn);
                     n += 1;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return n,
@@ -106,18 +163,23 @@ impl Inner {
         }
     }
 
-    /// Reads the connections and delivers their messages round robin, one message per
-    /// connection per round (so that no peer's burst delays the others'), up to
+    /// Accepts connections, reads them and delivers their messages round robin, one message
+    /// per connection per round (so that no peer's burst delays the others'), up to
     /// `MAX_DELIVER` messages in a call.
     fn read_conns(&self) -> usize {
         const MAX_DELIVER: usize = 1024;
         let mut n = 0;
         while n < MAX_DELIVER {
+            // Each round asks epoll first: a connection whose bytes came meanwhile takes its
+            // turn in this round, not after another connection's whole buffer.
+            n += self.poll_events();
             let mut round = 0;
             let count = self.conns.borrow().len();
             for i in 0..count {
                 // Taken out while its message is delivered: a handler may send, or accept.
-                let Some(mut c) = self.conns.borrow_mut().get_mut(i).and_then(Option::take) else { continue };
+                let Some(mut c) = self.conns.borrow_mut().get_mut(i).and_then(|c| c.take_if(|c| c.has_more())) else {
+                    continue;
+                };
                 match self.next_message(&mut c) {
                     Ok(true) => round += 1,
                     Ok(false) => {}
@@ -128,10 +190,12 @@ impl Inner {
                 }
                 self.conns.borrow_mut()[i] = Some(c);
             }
-            if round == 0 {
+            n += round;
+            // Another round only if a connection is known to have more (else return: the
+            // caller may be waiting for exactly what was delivered, and the next call polls).
+            if round == 0 || !self.conns.borrow().iter().flatten().any(Conn::has_more) {
                 break;
             }
-            n += round;
         }
         n
     }
@@ -197,10 +261,16 @@ impl Inner {
                         return Err(());
                     }
                     Ok(k) => {
+                        // A read that did not fill the space took all there was: no second
+                        // read to hear `EAGAIN` (epoll, level-triggered, says when more came).
+                        c.readable = c.tail + k == c.buf.len();
                         c.tail += k;
                         break;
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        c.readable = false;
+                        return Ok(false);
+                    }
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => {
                         tracing::debug!(peer = ?c.peer, "tcp: reading a connection failed: {e}");
@@ -218,14 +288,17 @@ impl Inner {
         self.ticks.set(tick);
         // A closed peer is noticed on the next write; without writes, every 1024 calls.
         let check_closed = tick % 1024 == 0;
-        let eps: Vec<Rc<EpState>> = {
-            let mut v = self.eps.borrow_mut();
-            v.retain(|(_, w)| w.strong_count() > 0);
-            v.iter().filter_map(|(_, w)| w.upgrade()).collect()
-        };
+        if check_closed {
+            self.eps.borrow_mut().retain(|(_, w)| w.strong_count() > 0);
+        }
         let mut n = 0;
-        for ep in eps {
-            n += ep.progress(check_closed) as usize;
+        let count = self.eps.borrow().len();
+        for i in 0..count {
+            // (Not borrowed while it runs: a failure calls the error handler.)
+            let ep = self.eps.borrow().get(i).and_then(|(_, w)| w.upgrade());
+            if let Some(ep) = ep {
+                n += ep.progress(check_closed) as usize;
+            }
         }
         n
     }
@@ -261,6 +334,18 @@ impl TcpIface {
         };
         let port = setup().map_err(|e| {
             tracing::error!("tcp: cannot listen on {bind} ({}): {e}", dev.name);
+            Status::IoError
+        })?;
+        // SAFETY: plain system call; the descriptor is owned right below.
+        let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if efd < 0 {
+            tracing::error!("tcp: epoll_create1: {}", std::io::Error::last_os_error());
+            return Err(Status::IoError);
+        }
+        // SAFETY: `efd` is a new descriptor nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(efd) };
+        epoll_add(&epoll, listener.as_raw_fd(), LISTENER).map_err(|e| {
+            tracing::error!("tcp: cannot watch the listener: {e}");
             Status::IoError
         })?;
         let max = cfg.tx_seg_size - AM_HDR_LEN;
@@ -299,6 +384,7 @@ impl TcpIface {
                 dev: dev.clone(),
                 listener,
                 port,
+                epoll,
                 conns: RefCell::default(),
                 eps: RefCell::default(),
                 ticks: Cell::new(0),
@@ -311,6 +397,19 @@ impl Drop for TcpIface {
     fn drop(&mut self) {
         self.inner.base.close();
     }
+}
+
+/// The epoll key of the listener (connections have their slot's index).
+const LISTENER: u64 = u64::MAX;
+
+/// Watches `fd` for input (level-triggered) under `key`.
+fn epoll_add(epoll: &OwnedFd, fd: RawFd, key: u64) -> std::io::Result<()> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key };
+    // SAFETY: both descriptors are open; `ev` is a valid event the kernel copies.
+    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The device address of `ip`: its family (4 or 6) and its bytes.

@@ -3,7 +3,7 @@
 //! Active messages between processes on any hosts an IP network joins, over non-blocking TCP
 //! sockets driven by the worker's progress (UCX's `tcp` transport): one interface per network
 //! device (`lo` included), each listening on a port of the device's address; an endpoint is a
-//! connection to a peer interface. See `docs/uct-tcp.md`.
+//! connection to a peer interface. See `docs/transports.md` (tcp).
 //!
 //! Call [`register`] once to make the component visible to `uct` discovery.
 

@@ -163,6 +163,7 @@ fn main() -> ExitCode {
     ucs::log::init();
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let p = match opts::parse(&args) {
         Ok(Parsed::Help(text)) => {

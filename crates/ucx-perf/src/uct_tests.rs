@@ -582,8 +582,10 @@ impl<'a> Ctx<'a> {
             self.set_send_sn(0, send_sn);
             while !meter.done() {
                 if fc {
-                    // Wait for the receiver's acknowledgements to open the window.
-                    while (send_sn.wrapping_sub(self.am_sn.get()) as i8) > window as i8 {
+                    // Wait for the receiver's acknowledgements to open the window (the
+                    // reference's circular `send_sn > sn + fc_window`: at most `window`
+                    // messages beyond the last acknowledged one).
+                    while (send_sn.wrapping_sub(self.am_sn.get().wrapping_add(window)) as i8) > 0 {
                         self.progress_responder();
                     }
                     self.send_b(op, send_sn, send_sn.wrapping_sub(1), false)?;

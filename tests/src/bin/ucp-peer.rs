@@ -30,6 +30,7 @@ use ucp::{
 fn worker(features: Features, name: &str) -> Worker {
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let ctx = Context::new(&ContextParams::new(features)).expect("context from the environment");
     Worker::new(&ctx, &WorkerParams::new(name)).expect("worker")
 }

@@ -32,6 +32,7 @@ pub const CONFIGS: [(&str, &[(&str, &str)]); 4] = [
 pub fn worker(tls: &str, cfg: &[(&str, &str)]) -> Worker {
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let mut p = ContextParams::new(Features::AM).with_config("TLS", tls);
     for (k, v) in cfg {
         p = p.with_config(k, v);

@@ -35,6 +35,7 @@ pub const CONFIGS: [(&str, &[(&str, &str)]); 5] = [
 pub fn worker(tls: &str, cfg: &[(&str, &str)]) -> Worker {
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let mut p = ContextParams::new(Features::TAG | Features::AM | Features::STREAM).with_config("TLS", tls);
     for (k, v) in cfg {
         p = p.with_config(k, v);

@@ -20,6 +20,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 pub fn worker(tls: &str) -> Worker {
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let p = ContextParams::new(Features::RMA | Features::AMO32 | Features::AMO64).with_config("TLS", tls);
     Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new("target")).unwrap()
 }

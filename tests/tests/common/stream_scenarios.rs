@@ -18,6 +18,7 @@ pub fn both_ways(tls: &str, cfg: &[(&str, &str)], count: u64, max: u64) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let mut p = ContextParams::new(Features::STREAM).with_config("TLS", tls);
     for (k, v) in cfg {
         p = p.with_config(k, v);

@@ -26,6 +26,7 @@ pub const BIG: usize = 200_000;
 pub fn context(tls: &str, cfg: &[(&str, &str)]) -> Context {
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let mut p = ContextParams::new(Features::TAG).with_config("TLS", tls);
     for (k, v) in cfg {
         p = p.with_config(k, v);

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
     ucs::log::init();
     uct_shm::register();
     uct_ib::register();
+    uct_tcp::register();
     let worker = Worker::default();
     let resources = uct::query_resources();
     // Opening each interface reads its configuration table, so -c can print it.
