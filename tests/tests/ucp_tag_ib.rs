@@ -124,6 +124,39 @@ fn over_rc_with_tag_matching() {
     }
 }
 
+/// A receiving worker and a sender process over `rc_v,ud_v` with tag matching on (and
+/// `extra` settings on both); the sender's lanes include rc's tag lane.
+fn tm_receiver(extra: &[(&str, &str)]) -> (&'static Worker, RemoteSender) {
+    let tls = "rc_v,ud_v";
+    let mut cfg = vec![("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
+    cfg.extend_from_slice(extra);
+    let w: &'static Worker =
+        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
+    let mut s = RemoteSender::spawn(w, tls, &cfg);
+    let lanes = s.lanes(w);
+    assert!(lanes.split(' ').any(|l| l == "tag=rc_verbs"), "{lanes}");
+    (w, s)
+}
+
+/// Posts R1 (8 bytes, tag 1: below `UCX_TM_THRESH`, so software only) whose completion posts
+/// R2 (4 KiB, tag 2: offloaded) with the completion `done`; R2's buffer (leaked).
+fn r1_posts_r2(w: &'static Worker, done: impl FnOnce(ucs::Status, ucp::RecvInfo) + Send + 'static) -> usize {
+    let r1: &'static mut [u8] = Box::leak(vec![0u8; 8].into_boxed_slice());
+    let r2 = Box::leak(vec![0u8; 4096].into_boxed_slice()).as_mut_ptr() as usize;
+    let param = RequestParam::new().callback(move |st, _| {
+        assert_eq!(st, ucs::Status::Ok);
+        // SAFETY: R2's buffer is leaked: valid for the rest of the process.
+        let data = RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(r2 as *mut u8, 4096) });
+        // SAFETY: as above.
+        let posted = unsafe { w.tag_recv_nbx(data, 2, FULL_MASK, RequestParam::new().callback(done)) };
+        assert!(posted.is_ok(), "posting from a completion callback: {:?}", posted.err());
+    });
+    // SAFETY: R1's buffer is leaked.
+    let first = unsafe { w.tag_recv_nbx(RecvData::Contig(r1), 1, FULL_MASK, param) };
+    assert!(first.is_ok());
+    r2
+}
+
 /// The race of tag offload, resolved in software: a receive posted while software has not yet
 /// counted an unexpected message that the transport's tag matching already saw (here: from
 /// the completion callback of the receive that message matched in software) goes to the
@@ -137,30 +170,9 @@ fn a_receive_the_transport_left_disabled_is_matched_in_software() {
     if !uct_ib::testing::rdma_available() {
         return;
     }
-    let tls = "rc_v,ud_v";
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = [("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
-    let w: &'static Worker =
-        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
-    let mut s = RemoteSender::spawn(w, tls, &cfg);
-    let lanes = s.lanes(w);
-    assert!(lanes.split(' ').any(|l| l == "tag=rc_verbs"), "{lanes}");
-    let r1: &'static mut [u8] = Box::leak(vec![0u8; 8].into_boxed_slice());
-    let r2 = Box::leak(vec![0u8; 4096].into_boxed_slice()).as_mut_ptr() as usize;
-    // R1: below UCX_TM_THRESH, so software only; its completion posts R2 (4 KiB: offloaded).
-    let param = RequestParam::new().callback(move |st, _| {
-        assert_eq!(st, ucs::Status::Ok);
-        // SAFETY: R2's buffer is leaked: valid for the rest of the process.
-        let data = RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(r2 as *mut u8, 4096) });
-        let p2 =
-            RequestParam::new().callback(|st, info| *R2.lock().unwrap() = Some((st, info.length, info.sender_tag)));
-        // SAFETY: as above.
-        let posted = unsafe { w.tag_recv_nbx(data, 2, FULL_MASK, p2) };
-        assert!(posted.is_ok(), "posting from a completion callback: {:?}", posted.err());
-    });
-    // SAFETY: R1's buffer is leaked.
-    let first = unsafe { w.tag_recv_nbx(RecvData::Contig(r1), 1, FULL_MASK, param) };
-    assert!(first.is_ok());
+    let (w, mut s) = tm_receiver(&[]);
+    let r2 = r1_posts_r2(w, |st, info| *R2.lock().unwrap() = Some((st, info.length, info.sender_tag)));
     s.send(w, 1, 8, 1, false);
     s.send(w, 2, 4096, 2, false);
     let t = std::time::Instant::now();
@@ -192,31 +204,12 @@ fn a_receive_added_at_a_stale_phase_is_not_overtaken_by_a_later_one() {
     if !uct_ib::testing::rdma_available() {
         return;
     }
-    let tls = "rc_v,ud_v";
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = [("RC_TM_ENABLE", "y"), ("RC_RX_QUEUE_LEN", "512")];
-    let w: &'static Worker =
-        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
-    let mut s = RemoteSender::spawn(w, tls, &cfg);
-    assert!(s.lanes(w).split(' ').any(|l| l == "tag=rc_verbs"));
-    let r1: &'static mut [u8] = Box::leak(vec![0u8; 8].into_boxed_slice());
-    let r2 = Box::leak(vec![0u8; 4096].into_boxed_slice()).as_mut_ptr() as usize;
-    // R1: below UCX_TM_THRESH, so software only; its completion posts R2 (4 KiB: offloaded).
-    let param = RequestParam::new().callback(move |st, _| {
+    let (w, mut s) = tm_receiver(&[]);
+    let r2 = r1_posts_r2(w, |st, info| {
         assert_eq!(st, ucs::Status::Ok);
-        // SAFETY: R2's buffer is leaked: valid for the rest of the process.
-        let data = RecvData::Contig(unsafe { std::slice::from_raw_parts_mut(r2 as *mut u8, 4096) });
-        let p2 = RequestParam::new().callback(|st, info| {
-            assert_eq!(st, ucs::Status::Ok);
-            *R2.lock().unwrap() = Some((info.length, info.sender_tag as usize));
-        });
-        // SAFETY: as above.
-        let posted = unsafe { w.tag_recv_nbx(data, 2, FULL_MASK, p2) };
-        assert!(posted.is_ok(), "posting from a completion callback: {:?}", posted.err());
+        *R2.lock().unwrap() = Some((info.length, info.sender_tag as usize));
     });
-    // SAFETY: R1's buffer is leaked.
-    let first = unsafe { w.tag_recv_nbx(RecvData::Contig(r1), 1, FULL_MASK, param) };
-    assert!(first.is_ok());
     let before = w.proto_counts();
     s.send(w, 1, 8, 1, false);
     let t = std::time::Instant::now();
@@ -253,19 +246,8 @@ fn a_large_receive_forces_the_small_ones_through_bounce_buffers() {
     if !uct_ib::testing::rdma_available() {
         return;
     }
-    let tls = "rc_v,ud_v";
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = [
-        ("RC_TM_ENABLE", "y"),
-        ("RC_RX_QUEUE_LEN", "512"),
-        ("TM_THRESH", "4096"),
-        ("TM_MAX_BB_SIZE", "8192"),
-        ("TM_FORCE_THRESH", "8192"),
-    ];
-    let w: &'static Worker =
-        Box::leak(Box::new(Worker::new(&context(tls, &cfg), &WorkerParams::new("receiver")).unwrap()));
-    let mut s = RemoteSender::spawn(w, tls, &cfg);
-    assert!(s.lanes(w).split(' ').any(|l| l == "tag=rc_verbs"));
+    let (w, mut s) = tm_receiver(&[("TM_THRESH", "4096"), ("TM_MAX_BB_SIZE", "8192"), ("TM_FORCE_THRESH", "8192")]);
     // Activation: a first tagged message through the transport's tag matching.
     s.send(w, 9, 10, 9, false);
     post(w, 9, FULL_MASK, 10).check(w, 10, 9, 9);

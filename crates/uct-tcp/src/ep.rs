@@ -35,9 +35,10 @@ pub(crate) struct EpState {
     sock: Socket,
     peer: SockAddr,
     state: Cell<ConnState>,
-    /// Bytes to send: `tx[head..]`.
-    tx: RefCell<Vec<u8>>,
+    /// The send buffer (the handshake and one segment); bytes to send: `tx[head..tail]`.
+    tx: RefCell<Box<[u8]>>,
     head: Cell<usize>,
+    tail: Cell<usize>,
     pub(crate) group: GroupId,
     user_data: u64,
     flush_comps: RefCell<Vec<Rc<Completion>>>,
@@ -75,8 +76,8 @@ impl EpState {
                 return Err(Status::Unreachable);
             }
         };
-        let mut tx = Vec::with_capacity(iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN);
-        tx.extend_from_slice(&wire::handshake());
+        let mut tx = vec![0u8; iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN].into_boxed_slice();
+        tx[..wire::HANDSHAKE_LEN].copy_from_slice(&wire::handshake());
         let group = iface.base.pending.add_group();
         let st = Rc::new(EpState {
             iface: iface.clone(),
@@ -85,6 +86,7 @@ impl EpState {
             state: Cell::new(state),
             tx: RefCell::new(tx),
             head: Cell::new(0),
+            tail: Cell::new(wire::HANDSHAKE_LEN),
             group,
             user_data,
             flush_comps: RefCell::default(),
@@ -104,14 +106,22 @@ impl EpState {
     /// Whether `len` more bytes fit in the send buffer (nothing is queued beyond the handshake
     /// and one segment).
     pub(crate) fn has_room(&self, len: usize) -> bool {
-        let queued = self.tx.borrow().len() - self.head.get();
-        queued + len <= self.iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN
+        self.tail.get() - self.head.get() + len <= self.tx.borrow().len()
     }
 
     /// Nothing is left to send (or the endpoint failed: nothing will be).
     pub(crate) fn is_flushed(&self) -> bool {
-        self.error().is_some()
-            || (self.state.get() == ConnState::Connected && self.tx.borrow().len() == self.head.get())
+        self.error().is_some() || (self.state.get() == ConnState::Connected && self.tail.get() == self.head.get())
+    }
+
+    /// The send buffer is empty again: waiting flushes complete with `status`.
+    fn drained(&self, status: Status) {
+        self.head.set(0);
+        self.tail.set(0);
+        let comps = std::mem::take(&mut *self.flush_comps.borrow_mut());
+        for c in comps {
+            c.complete(status);
+        }
     }
 
     pub(crate) fn add_flush_comp(&self, c: Rc<Completion>) {
@@ -126,13 +136,8 @@ impl EpState {
         }
         tracing::debug!(peer = ?self.peer.as_socket(), "tcp: endpoint failed: {status}");
         self.state.set(ConnState::Failed(status));
-        self.tx.borrow_mut().clear();
-        self.head.set(0);
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
-        let comps = std::mem::take(&mut *self.flush_comps.borrow_mut());
-        for c in comps {
-            c.complete(status);
-        }
+        self.drained(status);
         self.iface.base.report_failure(self.user_data, status);
     }
 
@@ -169,14 +174,11 @@ impl EpState {
         }
         let mut wrote = false;
         loop {
-            let r = {
-                let tx = self.tx.borrow();
-                let h = self.head.get();
-                if h == tx.len() {
-                    break;
-                }
-                (&self.sock).write(&tx[h..])
-            };
+            let (h, t) = (self.head.get(), self.tail.get());
+            if h == t {
+                break;
+            }
+            let r = (&self.sock).write(&self.tx.borrow()[h..t]);
             match r {
                 Ok(k) => {
                     wrote = true;
@@ -191,12 +193,7 @@ impl EpState {
                 }
             }
         }
-        self.tx.borrow_mut().clear();
-        self.head.set(0);
-        let comps = std::mem::take(&mut *self.flush_comps.borrow_mut());
-        for c in comps {
-            c.complete(Status::Ok);
-        }
+        self.drained(Status::Ok);
         wrote
     }
 
@@ -243,19 +240,18 @@ impl EpState {
         }
         let n = {
             let mut tx = self.tx.borrow_mut();
-            let at = tx.len();
-            tx.resize(at + AM_HDR_LEN + len, 0);
-            match fill(&mut tx[at + AM_HDR_LEN..]) {
-                Ok(n) => {
-                    tx.truncate(at + AM_HDR_LEN + n);
-                    tx[at..at + AM_HDR_LEN].copy_from_slice(&wire::am_header(id, n));
-                    n
-                }
-                Err(e) => {
-                    tx.truncate(at);
-                    return Err(e);
-                }
+            let (h, t) = (self.head.get(), self.tail.get());
+            if t + AM_HDR_LEN + len > tx.len() {
+                // Room at the front (`has_room`): move what is not written yet there.
+                tx.copy_within(h..t, 0);
+                self.head.set(0);
+                self.tail.set(t - h);
             }
+            let at = self.tail.get();
+            let n = fill(&mut tx[at + AM_HDR_LEN..at + AM_HDR_LEN + len])?;
+            tx[at..at + AM_HDR_LEN].copy_from_slice(&wire::am_header(id, n));
+            self.tail.set(at + AM_HDR_LEN + n);
+            n
         };
         self.write();
         Ok(Outcome::Done(n))

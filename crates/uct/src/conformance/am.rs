@@ -408,7 +408,7 @@ pub fn pending_fairness(opts: &Options) -> Verdict {
             assert_eq!(s.send_one(), Ok(false), "endpoint {i}: a send overtook queued pending requests");
         }
     }
-    let _phase1 = collect();
+    collect();
     let sent_before: Vec<u64> = senders.iter().map(|s| s.next.get()).collect();
     dispatched.borrow_mut().clear();
     // Phase 2: release, progress until everything arrives.

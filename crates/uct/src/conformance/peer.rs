@@ -242,22 +242,6 @@ impl LocalPeer {
         }
     }
 
-    /// Posts `ctx` into `len` bytes at `off` of region `region`.
-    fn tag_post_ctx(&self, ctx: &Rc<TagRecvContext>, at: (u32, usize, usize, u64, u64)) -> UcsResult<()> {
-        let (region, off, len, tag, mask) = at;
-        let iface = self.iface();
-        self.with_region(region, |r| {
-            assert!(r.memh.is_some() && off + len <= r.len, "a tagged receive outside a live region");
-            // SAFETY: in bounds (asserted).
-            let ptr = unsafe { r.addr.add(off) };
-            let iov = [Iov::new(ptr, len, r.memh.as_ref())];
-            // SAFETY: the region stays allocated and registered until the kit frees it, which
-            // it does only after the receive completed or was cancelled (or with the interface
-            // gone).
-            unsafe { iface.tag_recv_zcopy(tag, mask, &iov, ctx.clone()) }
-        })
-    }
-
     fn iface(&self) -> Rc<dyn Iface> {
         self.iface.borrow().clone().expect("the receiving interface was closed")
     }
@@ -465,8 +449,16 @@ impl Peer for LocalPeer {
                 r.rndv = Some((tag, header.to_vec()));
             }),
         });
-        let at = (region, off, len, tag, mask);
-        self.tag_post_ctx(&ctx, at)?;
+        let iface = self.iface();
+        self.with_region(region, |r| {
+            assert!(r.memh.is_some() && off + len <= r.len, "a tagged receive outside a live region");
+            // SAFETY: in bounds (asserted).
+            let iov = [Iov::new(unsafe { r.addr.add(off) }, len, r.memh.as_ref())];
+            // SAFETY: the region stays allocated and registered until the kit frees it, which
+            // it does only after the receive completed or was cancelled (or with the interface
+            // gone).
+            unsafe { iface.tag_recv_zcopy(tag, mask, &iov, ctx.clone()) }
+        })?;
         let mut recvs = self.tag_recvs.borrow_mut();
         recvs.push(TagPosted { ctx, report });
         Ok((recvs.len() - 1) as u32)

@@ -5,7 +5,7 @@
 use ucs::{Outcome, Status};
 
 use super::peer::{TagReport, TagUnexp};
-use super::setup::{pattern, Options, Pair, Target};
+use super::setup::{pattern, Options, Pair};
 use super::Verdict;
 use crate::{Completion, IfaceFlags, Iov, MemAccess, MemH, SendFlags};
 
@@ -180,7 +180,7 @@ pub fn tag_matching(opts: &Options) -> Verdict {
     // Expected: placed in the posted buffer.
     let slot = 1024usize;
     let region = pair.target_region(4 * slot).unwrap_or_else(|e| panic!("a region for tagged receives: {e}"));
-    let rid = region_id(&region);
+    let rid = region.id();
     for (k, &how) in kinds.iter().enumerate() {
         let tag = 0x2000 + k as u64;
         let r = pair.rx.tag_post(tag, u64::MAX, rid, k * slot, slot).unwrap_or_else(|e| panic!("tag_recv_zcopy: {e}"));
@@ -258,7 +258,7 @@ pub fn tag_matching(opts: &Options) -> Verdict {
     if max > 0 && max <= 4096 {
         let each = caps.recv_min_recv.max(1);
         let many = pair.target_region(each * max).unwrap();
-        let mid = region_id(&many);
+        let mid = many.id();
         let posted: Vec<u32> = (0..max)
             .map(|i| {
                 pair.rx
@@ -292,7 +292,7 @@ fn rendezvous(pair: &Pair, caps: &crate::TagCaps) {
     let header = pattern(77, caps.rndv.max_hdr.min(16));
     let mut src = SendBuf::new(pair, pattern(70, n));
     let dst = pair.target_region(n).unwrap_or_else(|e| panic!("a region for rendezvous receives: {e}"));
-    let did = region_id(&dst);
+    let did = dst.id();
     let start = |tag: u64, comp: &std::rc::Rc<Completion>, src: &mut SendBuf| {
         let iov = src.iov();
         // SAFETY: `src` outlives the operation: it completes or is cancelled before the end of
@@ -359,8 +359,4 @@ fn rendezvous(pair: &Pair, caps: &crate::TagCaps) {
         matches!(&got[0], TagUnexp::Rndv { stag: 0x7004, header: h, .. } if *h == header),
         "an unexpected rendezvous request came as {got:?}"
     );
-}
-
-fn region_id(t: &Target) -> u32 {
-    t.id()
 }
