@@ -61,9 +61,10 @@ pub use mem::MemHandle;
 pub use request::{Callback, CallbackFn, IoVec, RecvInfo, RequestFlags, RequestParam};
 pub use tag::{Tag, FULL_MASK};
 pub use worker::{
-    block_on, AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, AmoFuture, AtomicOp, CloseMode, Endpoint, EpInfo,
-    EventSource, LaneInfo, MemAttr, Message, Operand, ProgressDriver, RecvData, RecvFuture, RecvResult, RemoteKey,
-    Request, SendData, SendFuture, StreamData, StreamRecvFlags, ThreadMode, Worker, WorkerParams,
+    block_on, AmData, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, AmoFuture, AtomicOp, CloseMode, ConnRequest,
+    ConnectFuture, Endpoint, EpInfo, EventSource, LaneInfo, Listener, MemAttr, Message, Operand, ProgressDriver,
+    RecvData, RecvFuture, RecvResult, RemoteKey, Request, SendData, SendFuture, StreamData, StreamRecvFlags,
+    ThreadMode, Worker, WorkerParams, CONNECT_TIMEOUT,
 };
 
 pub use ucs::Status;

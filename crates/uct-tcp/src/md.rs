@@ -46,6 +46,10 @@ impl Component for TcpComponent {
         tracing::debug!(len = packed.len(), "tcp: no remote keys (the transport has no remote memory access)");
         Err(Status::Unsupported)
     }
+
+    fn cm_open(&self) -> Option<UcsResult<Box<dyn uct::Cm>>> {
+        Some(Ok(Box::new(crate::sockcm::TcpSockCm)))
+    }
 }
 
 /// The `tcp` memory domain.

@@ -44,6 +44,7 @@
 mod am;
 mod attr;
 mod base;
+pub mod cm;
 mod completion;
 mod iface;
 mod md;
@@ -62,6 +63,7 @@ pub use attr::{
     MdFlags, MemAccess, OpCaps, TagCaps, TlResource,
 };
 pub use base::BaseIface;
+pub use cm::{Cm, CmClient, CmClientState, CmConnRequest, CmListener};
 pub use completion::Completion;
 pub use iface::{
     Ep, EpConnect, EpParams, ErrHandler, FlushFlags, Iface, IfaceParams, PackFn, ProgressFlags, SendFlags,

@@ -36,6 +36,12 @@ pub trait Component: Send + Sync {
     fn unavailable_reason(&self) -> Option<String> {
         None
     }
+
+    /// Opens the component's connection manager (`uct_cm_open`), if it has one: how clients
+    /// reach servers by socket address ([`crate::cm`]).
+    fn cm_open(&self) -> Option<UcsResult<Box<dyn crate::cm::Cm>>> {
+        None
+    }
 }
 
 /// A memory domain: registers and allocates memory for its transports, and opens their

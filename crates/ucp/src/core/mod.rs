@@ -36,6 +36,7 @@ mod offload;
 pub(crate) mod rma;
 mod rma_target;
 mod send;
+pub(crate) mod sockaddr;
 mod stream;
 pub(crate) mod wakeup;
 
@@ -100,6 +101,12 @@ pub(crate) struct Core {
     tm_bounce: RefCell<Vec<offload::Bounce>>,
     /// The retry list, taken out of the engine while progress works through it.
     retry: RefCell<Vec<Id>>,
+    /// Listeners and clients connecting by socket address.
+    pub(crate) sockaddr: RefCell<sockaddr::Sockaddr>,
+    /// Some listener or client exists (progress polls them).
+    pub(crate) sockaddr_active: Cell<bool>,
+    /// Listeners closed while their descriptor was still in the wakeup set.
+    pub(crate) closing_listeners: RefCell<Vec<sockaddr::Listener>>,
 }
 
 impl Core {
@@ -150,6 +157,9 @@ impl Core {
                 tm_posts: RefCell::default(),
                 tm_bounce: RefCell::default(),
                 retry: RefCell::new(Vec::new()),
+                sockaddr: RefCell::default(),
+                sockaddr_active: Cell::new(false),
+                closing_listeners: RefCell::default(),
             }
         });
         result.map(|()| core)
@@ -379,6 +389,9 @@ impl Core {
         if k % IDLE_POLL_EVERY == 0 {
             n += self.poll_idle();
             self.timers();
+            if self.sockaddr_active.get() {
+                n += self.progress_sockaddr();
+            }
         }
         if self.engine.borrow().sh.needs_progress() {
             n += self.progress_queues();

@@ -270,6 +270,13 @@ impl Core {
             Connect::Claimed(id) => return Ok(id),
             Connect::New(sn) => sn,
         };
+        self.ep_new(remote, sn, true)
+    }
+
+    /// Builds an endpoint to `remote` with connection number `sn`: with `request`, it sends
+    /// the wireup request; without, it waits for the peer's (a server's endpoint for a client
+    /// that connected by socket address).
+    pub(crate) fn ep_new(&self, remote: WorkerAddress, sn: u32, request: bool) -> UcsResult<Id> {
         let id = self.engine.borrow().sh.eps.next_id();
         let b = self.build_lanes(&remote, id)?;
         // The request must fit the wireup lane in one message (no addresses: one count byte).
@@ -286,7 +293,8 @@ impl Core {
             return Err(Status::ExceedsLimit);
         }
         let st = EpState::new(Rc::new(b.lanes), remote, sn, b.cfg, b.selection, b.p2p_addrs);
-        let got = self.with_engine(|e| e.conn.connect(&mut e.sh, st));
+        let got =
+            self.with_engine(|e| if request { e.conn.connect(&mut e.sh, st) } else { e.conn.expect(&mut e.sh, st) });
         debug_assert_eq!(got, id, "the endpoint took another id than its lanes were given");
         Ok(got)
     }

@@ -23,6 +23,8 @@ use crate::engine::EpStatus;
 const SIGNAL_TOKEN: u64 = u64::MAX;
 /// Token of the keepalive timer.
 const TIMER_TOKEN: u64 = u64::MAX - 1;
+/// Token of socket-address listeners.
+const LISTENER_TOKEN: u64 = u64::MAX - 2;
 
 /// The epoll set and the signal descriptor of a worker created with the WAKEUP feature.
 pub(crate) struct Wakeup {
@@ -62,6 +64,16 @@ impl Wakeup {
     /// The epoll descriptor.
     pub fn fd(&self) -> RawFd {
         self.set.as_raw_fd()
+    }
+
+    /// Adds a listener's descriptor (readable when it has connections or requests).
+    pub fn add_fd(&self, fd: RawFd) -> UcsResult<()> {
+        self.set.add(fd, Events::READ, LISTENER_TOKEN)
+    }
+
+    /// Takes a listener's descriptor out of the set.
+    pub fn remove_fd(&self, fd: RawFd) -> UcsResult<()> {
+        self.set.remove(fd)
     }
 
     /// Wakes a sleeper; safe from any thread.
@@ -108,6 +120,10 @@ impl Core {
             replayable || !e.sh.closing.is_empty()
         };
         if busy {
+            return Err(Status::Busy);
+        }
+        // Listeners are polled now and then by progress: before sleeping, now.
+        if self.sockaddr_active.get() && self.progress_sockaddr() > 0 {
             return Err(Status::Busy);
         }
         for (i, wi) in self.ifaces.iter().enumerate() {

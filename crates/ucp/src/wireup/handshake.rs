@@ -42,6 +42,16 @@ impl ConnMatch {
         id
     }
 
+    /// A new endpoint the driver built for a client that connected by socket address: inserted
+    /// to wait for that client's request (its worker and connection number are in `st`); no
+    /// request goes from here.
+    pub fn expect<L: Clone>(&mut self, sh: &mut Shared<L>, st: EpState<L>) -> Id {
+        let key = (st.remote.uuid, st.conn_sn);
+        let id = sh.insert_ep(st);
+        self.expected.insert(key, id);
+        id
+    }
+
     /// A wireup message arrived.
     pub(crate) fn on_wireup<L: Clone>(&mut self, sh: &mut Shared<L>, m: &WireupMsg<'_>) {
         if m.kind == kind::REQUEST {

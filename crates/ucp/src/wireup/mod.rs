@@ -15,8 +15,12 @@
 //! sends an `ACK`: the replier uses its lanes only after it, when both ends are connected.
 //! Until then sends are queued on the endpoint and replayed in order; wireup messages have
 //! their own queue, so they never wait behind data.
+//!
+//! A client that knows its server only by socket address first trades worker addresses with
+//! it through a connection manager ([`sockaddr`]), then wires up as above.
 
 pub mod address;
 pub(crate) mod conn;
 mod handshake;
 pub mod lanes;
+pub mod sockaddr;
