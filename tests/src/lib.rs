@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `kit-agent` | the uct conformance kit's agent ([`uct::conformance::serve_agent`]) |
 //! | `shm-peer` | a uct shared-memory peer: sender, receiver, target memory (`shm_two_process`) |
-//! | `ucp-peer` | a ucp worker: a tag sender driven by commands, a peer that dies in a rendezvous, an echoing peer that sleeps in `wait` |
+//! | `ucp-peer` | a ucp worker: a tag sender driven by commands, a peer that dies in a rendezvous, an echoing peer that sleeps in `wait`, a client by socket address |
 //!
 //! Every peer prints the lines meant for the test prefixed with [`peer::PREFIX`] and reads its
 //! commands from stdin; the tests read them through [`peer::Peer`], always with a time limit.
@@ -16,6 +16,7 @@
 
 pub mod generic;
 pub mod peer;
+pub mod sockaddr;
 pub mod stream;
 pub mod tag;
 pub mod text;

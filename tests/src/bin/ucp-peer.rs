@@ -10,6 +10,7 @@
 //! | `rma ADDR` | remote memory access and atomics on command, on the test's memory and its own (see [`rma`]) |
 //! | `am ADDR` | says `addr A`; echoes active messages (id 1 back as id 2 on the reply endpoint), and sends on command (see [`am`]) |
 //! | `stream ADDR` | sends and receives its endpoint's stream on command, checked against `tests::stream` (see [`stream`]) |
+//! | `sockaddr IP:PORT` | connects by socket address (no worker address), runs the client's side of `tests::sockaddr`'s echo, says `lanes ...` and `echo ok` or `echo failed WHY`; `connect failed STATUS` when it cannot connect |
 //! | `generic ADDR` | says `addr A`; echoes tagged messages, active messages and stream bytes through generic datatypes (see [`generic`]) |
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
@@ -37,6 +38,11 @@ fn worker(features: Features, name: &str) -> Worker {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, server] = &args[..] {
+        if mode == "sockaddr" {
+            return sockaddr_client(server.parse().expect("IP:PORT"));
+        }
+    }
     let (mode, addr) = match &args[..] {
         [mode, addr, ..] => (mode.as_str(), unhex(addr).expect("ADDR in hex")),
         _ => panic!("usage: ucp-peer MODE ADDR ..."),
@@ -720,4 +726,22 @@ fn generic(addr: &[u8]) {
             }
         }
     }
+}
+
+/// The client of the socket-address tests: connects to `server`, runs the echo.
+fn sockaddr_client(server: std::net::SocketAddr) {
+    let w = worker(Features::TAG | Features::STREAM | Features::AM, "sockaddr-client");
+    let inbox = tests::sockaddr::Inbox::install(&w);
+    let ep = match w.ep_create_sockaddr(server) {
+        Ok(ep) => ep,
+        Err(e) => return say(&format!("connect failed {e:?}")),
+    };
+    match tests::sockaddr::client(&w, &ep, &inbox) {
+        Ok(()) => {
+            say(&format!("lanes {}", tests::sockaddr::lanes(&ep)));
+            say("echo ok");
+        }
+        Err(why) => say(&format!("echo failed {why}")),
+    }
+    let _ = ep.close(ucp::CloseMode::Flush);
 }
