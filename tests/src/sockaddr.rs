@@ -6,9 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ucp::{
-    block_on, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, Endpoint, StreamRecvFlags, Worker, FULL_MASK,
-};
+use ucp::{block_on, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, Endpoint, StreamRecvFlags, Worker, FULL_MASK};
 
 use crate::text::pattern;
 
@@ -124,7 +122,9 @@ pub fn server(w: &Worker, ep: &Endpoint, inbox: &Inbox) -> Result<(), String> {
 /// The endpoint's lanes as `usage=transport/device ...`.
 pub fn lanes(ep: &Endpoint) -> String {
     match ep.query() {
-        Ok(i) => i.lanes.iter().map(|l| format!("{}={}/{}", l.usage, l.transport, l.device)).collect::<Vec<_>>().join(" "),
+        Ok(i) => {
+            i.lanes.iter().map(|l| format!("{}={}/{}", l.usage, l.transport, l.device)).collect::<Vec<_>>().join(" ")
+        }
         Err(e) => format!("(query failed: {e})"),
     }
 }

@@ -83,7 +83,11 @@ fn serve_a_client_process(tls: &str, cfg: &[(&str, &str)]) -> String {
     );
     let server_lanes = sockaddr::lanes(&ep);
     eprintln!("{tls}: server lanes {server_lanes}; client lanes {client_lanes}");
-    assert!(peer.finish(LIMIT, || { w.progress(); }).success());
+    assert!(peer
+        .finish(LIMIT, || {
+            w.progress();
+        })
+        .success());
     server_lanes
 }
 
@@ -202,10 +206,7 @@ fn clients_see_clear_errors() {
     // No answer in time; then the listener goes before answering.
     let mut s = Server::start(TLS, CFG, Policy::Hold);
     let t = Instant::now();
-    assert_eq!(
-        client.ep_create_sockaddr_timeout(s.addr, Duration::from_millis(300)).err(),
-        Some(Status::TimedOut)
-    );
+    assert_eq!(client.ep_create_sockaddr_timeout(s.addr, Duration::from_millis(300)).err(), Some(Status::TimedOut));
     assert!(t.elapsed() < LIMIT);
     let waiting = client.ep_connect(s.addr);
     // The future is polled on this thread while the server thread holds the request; the
