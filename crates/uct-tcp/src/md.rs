@@ -96,7 +96,7 @@ impl Md for TcpMd {
 
 /// A network device the transport can use.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct NetDevice {
+pub struct NetDevice {
     /// The interface's name (`lo`, `eth0`).
     pub name: String,
     /// Its address: the first IPv4 one, else the first IPv6 one.
@@ -107,7 +107,7 @@ pub(crate) struct NetDevice {
 
 /// The network interfaces that are up and running and have an IPv4 or IPv6 address, in the
 /// order the system lists them.
-pub(crate) fn devices() -> Vec<NetDevice> {
+pub fn devices() -> Vec<NetDevice> {
     let mut out: Vec<NetDevice> = Vec::new();
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: `getifaddrs` writes a list head into `ifap`; freed below with `freeifaddrs`.

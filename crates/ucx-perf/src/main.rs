@@ -6,6 +6,7 @@
 //! ucx-perf -l -t am_lat -x posix                 # one process, loopback
 //! ucx-perf -t am_bw -x posix -d memory           # server: waits on TCP port -p (13337)
 //! ucx-perf 127.0.0.1 -t am_bw -x posix -d memory # client: connects, both run, client prints
+//! mpiexec -n 2 ucx-perf -t tag_lat                # a launcher's job: rank 0 serves, rank 1 prints
 //! ```
 //! Command line, output and bootstrap are in `opts`, `report` and `rte`; the tests themselves
 //! in the library (`ucx_perf::uct_tests`).
@@ -98,8 +99,16 @@ fn set_affinity(cpus: &[usize]) -> Result<(), String> {
 
 fn run(p: PerfParams) -> Result<(), String> {
     set_affinity(&p.cpus)?;
+    // Started by a launcher (mpiexec, srun, mpirun): rank 0 serves, rank 1 connects.
+    let mut pmi = if p.loopback || p.server.is_some() {
+        None
+    } else {
+        rte::launcher::detect(2).map_err(|e| format!("launcher: {e}"))?
+    };
     let mut rte = if p.loopback {
         Rte::loopback()
+    } else if let Some(pmi) = pmi.as_deref_mut() {
+        Rte::launched(pmi, p.ipv6).map_err(|e| format!("{} bootstrap: {e}", pmi.name()))?
     } else if let Some(host) = p.server.as_deref() {
         Rte::connect(host, p.port, Some(p.ipv6), rte::CONNECT_RETRY)
             .map_err(|e| format!("cannot connect to {host}:{}: {e}", p.port))?
@@ -156,6 +165,9 @@ fn run(p: PerfParams) -> Result<(), String> {
         }
     }
     rte.close();
+    if let Some(pmi) = pmi.as_deref_mut() {
+        pmi.finalize().map_err(|e| format!("{}: {e}", pmi.name()))?;
+    }
     Ok(())
 }
 

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use ucx_perf::params::PerfParams;
 
+pub mod launcher;
 mod params;
 #[cfg(test)]
 mod tests;
@@ -74,6 +75,28 @@ impl Listener {
     #[cfg(test)]
     pub fn local_port(&self) -> io::Result<u16> {
         Ok(self.inner.local_addr()?.port())
+    }
+
+    /// Waits at most `limit` for one client (see [`Listener::accept`]).
+    pub fn accept_timeout(self, limit: Duration) -> io::Result<(Rte, SocketAddr)> {
+        self.inner.set_nonblocking(true)?;
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.inner.accept() {
+                Ok((stream, peer)) => {
+                    stream.set_nonblocking(false)?;
+                    drop(self.inner);
+                    return Ok((Rte::from_stream(stream, true)?, peer));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no peer connected in {limit:?}")));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Waits for one client, checks it speaks this bootstrap, and closes the listening socket.
@@ -149,6 +172,36 @@ impl Rte {
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The two ranks of a job a launcher started (see [`launcher`]): rank 0 listens on a free
+    /// port and publishes where through the launcher's key-value store, rank 1 connects.
+    pub fn launched(pmi: &mut dyn launcher::Pmi, ipv6: bool) -> io::Result<Rte> {
+        if pmi.size() != 2 {
+            return Err(launcher::wrong_size(pmi.name(), pmi.size(), 2));
+        }
+        if pmi.rank() == 0 {
+            let listener = Listener::bind(0, ipv6)?;
+            let port = listener.inner.local_addr()?.port();
+            let ips: Vec<IpAddr> = launcher::local_ips().into_iter().filter(|ip| ipv6 || ip.is_ipv4()).collect();
+            pmi.put(launcher::ADDR_KEY, &launcher::encode_addrs(&ips, port))?;
+            pmi.fence()?;
+            Ok(listener.accept_timeout(CONNECT_RETRY * 6)?.0)
+        } else {
+            pmi.fence()?;
+            let addrs = launcher::decode_addrs(&pmi.get(0, launcher::ADDR_KEY)?)?;
+            let mut last = None;
+            for a in &addrs {
+                match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                    Ok(s) => return Rte::from_stream(s, false),
+                    Err(e) => last = Some(format!("{}: {e}", peer_string(a))),
+                }
+            }
+            Err(io::Error::other(format!(
+                "cannot reach rank 0 at any of its addresses (last: {})",
+                last.unwrap_or_default()
+            )))
         }
     }
 
