@@ -15,6 +15,7 @@
 //! This library holds what the programs and the tests share.
 
 pub mod generic;
+pub mod netns;
 pub mod peer;
 pub mod sockaddr;
 pub mod stream;

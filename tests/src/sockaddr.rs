@@ -19,6 +19,9 @@ pub const AM_ID: u16 = 5;
 /// How long one message may take.
 pub const LIMIT: Duration = Duration::from_secs(30);
 
+/// How long a flood waits for its endpoint to fail before it gives up.
+pub const FLOOD_LIMIT: Duration = Duration::from_secs(120);
+
 /// The families the echo runs.
 pub const FAMILIES: [&str; 3] = ["tag", "stream", "am"];
 

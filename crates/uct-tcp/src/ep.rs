@@ -60,6 +60,9 @@ impl EpState {
             if let Some(b) = iface.cfg.sndbuf {
                 sock.set_send_buffer_size(b)?;
             }
+            if let Some(k) = iface.cfg.keepalive {
+                k.apply(&sock)?;
+            }
             Ok(())
         };
         setup().map_err(|e| {
@@ -188,7 +191,7 @@ impl EpState {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::debug!(peer = ?self.peer.as_socket(), "tcp: write failed: {e}");
-                    self.fail(Status::ConnectionReset);
+                    self.fail(io_status(&e));
                     return wrote;
                 }
             }
@@ -197,12 +200,23 @@ impl EpState {
         wrote
     }
 
-    /// Whether the peer closed the connection (without bytes queued, a write would not tell).
-    fn peer_closed(&self) -> bool {
+    /// Whether the connection is gone, and why: the peer closed it or reset it
+    /// (`ConnectionReset`), or keepalive found no peer (`EndpointTimeout`). Without bytes
+    /// queued, a write would not tell.
+    fn peer_closed(&self) -> Option<Status> {
         let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
         // SAFETY: one valid pollfd; no waiting.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
-        r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+        if r <= 0 || p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0 {
+            return None;
+        }
+        Some(match self.sock.take_error() {
+            Ok(Some(e)) | Err(e) => {
+                tracing::debug!(peer = ?self.peer.as_socket(), "tcp: connection failed: {e}");
+                io_status(&e)
+            }
+            Ok(None) => Status::ConnectionReset,
+        })
     }
 
     /// Progress of this endpoint: connect, write; with `check_closed`, notice a peer that
@@ -212,8 +226,10 @@ impl EpState {
             return false;
         }
         let wrote = self.write();
-        if check_closed && self.state.get() == ConnState::Connected && self.peer_closed() {
-            self.fail(Status::ConnectionReset);
+        if check_closed && self.state.get() == ConnState::Connected {
+            if let Some(s) = self.peer_closed() {
+                self.fail(s);
+            }
         }
         wrote
     }
@@ -335,9 +351,11 @@ impl Ep for TcpEp {
         if let Some(s) = self.st.error() {
             return Err(s);
         }
-        if self.st.connected() && self.st.peer_closed() {
-            self.st.fail(Status::ConnectionReset);
-            return Err(Status::ConnectionReset);
+        if self.st.connected() {
+            if let Some(s) = self.st.peer_closed() {
+                self.st.fail(s);
+                return Err(s);
+            }
         }
         Ok(Outcome::Done(()))
     }
@@ -355,5 +373,15 @@ impl Ep for TcpEp {
 
     fn pending_purge(&self, sink: &mut dyn FnMut(PendingHandle)) {
         self.st.iface.base.pending.purge(self.st.group, sink);
+    }
+}
+
+/// The status of a failed connection: a keepalive or user timeout is `EndpointTimeout`,
+/// anything else `ConnectionReset`.
+fn io_status(e: &std::io::Error) -> Status {
+    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+        Status::EndpointTimeout
+    } else {
+        Status::ConnectionReset
     }
 }

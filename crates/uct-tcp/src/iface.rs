@@ -125,6 +125,11 @@ impl Inner {
                     if self.cfg.nodelay {
                         let _ = sock.set_tcp_nodelay(true);
                     }
+                    if let Some(k) = self.cfg.keepalive {
+                        // (UCX sets keepalive on connecting sockets only; on this side too, a
+                        // dead peer's connection goes without waiting for its endpoint.)
+                        let _ = k.apply(&sock);
+                    }
                     let peer = addr.as_socket();
                     tracing::trace!(?peer, "tcp: accepted a connection");
                     let fd = sock.as_raw_fd();

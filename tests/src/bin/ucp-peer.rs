@@ -10,7 +10,8 @@
 //! | `rma ADDR` | remote memory access and atomics on command, on the test's memory and its own (see [`rma`]) |
 //! | `am ADDR` | says `addr A`; echoes active messages (id 1 back as id 2 on the reply endpoint), and sends on command (see [`am`]) |
 //! | `stream ADDR` | sends and receives its endpoint's stream on command, checked against `tests::stream` (see [`stream`]) |
-//! | `sockaddr IP:PORT` | connects by socket address (no worker address), runs the client's side of `tests::sockaddr`'s echo, says `lanes ...` and `echo ok` or `echo failed WHY`; `connect failed STATUS` when it cannot connect |
+//! | `sockaddr IP:PORT [flood]` | connects by socket address (no worker address), runs the client's side of `tests::sockaddr`'s echo, says `lanes ...` and `echo ok` or `echo failed WHY`; `connect failed STATUS` when it cannot connect; with `flood`, says `flooding` and streams until the endpoint fails: `ep error STATUS after N ms` |
+//! | `sockaddr-server IP:PORT [flood]` | listens (says `listening IP:PORT`), serves one client's echo (`lanes ...`, `echo ok`); with `flood`, says `draining` and receives the stream until the endpoint fails: `ep error STATUS after N ms` |
 //! | `generic ADDR` | says `addr A`; echoes tagged messages, active messages and stream bytes through generic datatypes (see [`generic`]) |
 //!
 //! Lines for the test start with `PEER< `; commands come on stdin.
@@ -38,9 +39,12 @@ fn worker(features: Features, name: &str) -> Worker {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [mode, server] = &args[..] {
-        if mode == "sockaddr" {
-            return sockaddr_client(server.parse().expect("IP:PORT"));
+    if let [mode, addr, rest @ ..] = &args[..] {
+        let flood = rest.first().map(String::as_str) == Some("flood");
+        match mode.as_str() {
+            "sockaddr" => return sockaddr_client(addr.parse().expect("IP:PORT"), flood),
+            "sockaddr-server" => return sockaddr_server(addr.parse().expect("IP:PORT"), flood),
+            _ => {}
         }
     }
     let (mode, addr) = match &args[..] {
@@ -728,20 +732,85 @@ fn generic(addr: &[u8]) {
     }
 }
 
-/// The client of the socket-address tests: connects to `server`, runs the echo.
-fn sockaddr_client(server: std::net::SocketAddr) {
+/// The client of the socket-address tests: connects to `server`, runs the echo; with
+/// `flood`, then streams bytes until the endpoint fails.
+fn sockaddr_client(server: std::net::SocketAddr, flood: bool) {
     let w = worker(Features::TAG | Features::STREAM | Features::AM, "sockaddr-client");
     let inbox = tests::sockaddr::Inbox::install(&w);
     let ep = match w.ep_create_sockaddr(server) {
         Ok(ep) => ep,
         Err(e) => return say(&format!("connect failed {e:?}")),
     };
-    match tests::sockaddr::client(&w, &ep, &inbox) {
-        Ok(()) => {
-            say(&format!("lanes {}", tests::sockaddr::lanes(&ep)));
-            say("echo ok");
-        }
-        Err(why) => say(&format!("echo failed {why}")),
+    if !sockaddr_echo(&ep, tests::sockaddr::client(&w, &ep, &inbox)) {
+        return;
+    }
+    if flood {
+        say("flooding");
+        let t = Instant::now();
+        let chunk = vec![0x5au8; 64 << 10];
+        let status = loop {
+            if let Err(e) = ucp::block_on(ep.stream_send(chunk.clone())).1 {
+                break e;
+            }
+            if t.elapsed() > tests::sockaddr::FLOOD_LIMIT {
+                return say("no error");
+            }
+        };
+        say(&format!("ep error {status:?} after {} ms", t.elapsed().as_millis()));
+        return;
     }
     let _ = ep.close(ucp::CloseMode::Flush);
+}
+
+/// Says how the echo went; whether it went well.
+fn sockaddr_echo(ep: &Endpoint, r: Result<(), String>) -> bool {
+    match r {
+        Ok(()) => {
+            say(&format!("lanes {}", tests::sockaddr::lanes(ep)));
+            say("echo ok");
+            true
+        }
+        Err(why) => {
+            say(&format!("echo failed {why}"));
+            false
+        }
+    }
+}
+
+/// The server of the socket-address tests across network namespaces: listens on `addr`,
+/// says `listening IP:PORT`, serves one client's echo; with `flood`, then receives the
+/// client's stream until the endpoint fails.
+fn sockaddr_server(addr: std::net::SocketAddr, flood: bool) {
+    let w = worker(Features::TAG | Features::STREAM | Features::AM, "sockaddr-server");
+    let inbox = tests::sockaddr::Inbox::install(&w);
+    let reqs: std::sync::Arc<std::sync::Mutex<Vec<ucp::ConnRequest>>> = Default::default();
+    let r = reqs.clone();
+    let l = w.listener(addr, move |req| r.lock().unwrap().push(req)).expect("a listener");
+    say(&format!("listening {}", l.query()));
+    let t = Instant::now();
+    let req = loop {
+        if let Some(req) = reqs.lock().unwrap().pop() {
+            break req;
+        }
+        assert!(t.elapsed() < tests::sockaddr::LIMIT, "no client");
+        w.progress();
+    };
+    let ep = w.ep_create_conn_request(req).expect("accepted");
+    if !sockaddr_echo(&ep, tests::sockaddr::server(&w, &ep, &inbox)) {
+        return;
+    }
+    if flood {
+        say("draining");
+        let t = Instant::now();
+        let status = loop {
+            let (_, r) = ucp::block_on(ep.stream_recv(vec![0u8; 1 << 20], ucp::StreamRecvFlags::WAITALL));
+            if let Err(e) = r {
+                break e;
+            }
+            if t.elapsed() > tests::sockaddr::FLOOD_LIMIT {
+                return say("no error");
+            }
+        };
+        say(&format!("ep error {status:?} after {} ms", t.elapsed().as_millis()));
+    }
 }
