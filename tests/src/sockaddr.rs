@@ -3,11 +3,17 @@
 //! [`SIZES`] (eager and rendezvous), the client sends `pattern(len, seed)`, the server
 //! receives it and sends it back, and the client checks what came back.
 
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ucp::{block_on, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, Endpoint, StreamRecvFlags, Worker, FULL_MASK};
+use ucp::{
+    block_on, AmHandlerFlags, AmMsg, AmRndv, AmSendFlags, ConnRequest, Context, ContextParams, Endpoint, Features,
+    StreamRecvFlags, Worker, WorkerParams, FULL_MASK,
+};
 
+use crate::peer::Peer;
 use crate::text::pattern;
 
 /// Message sizes: eager short, eager multi-fragment, rendezvous.
@@ -130,4 +136,69 @@ pub fn lanes(ep: &Endpoint) -> String {
         }
         Err(e) => format!("(query failed: {e})"),
     }
+}
+
+/// A worker with the tag, stream and AM features over `tls` with the `UCX_*` settings `cfg`
+/// (every transport crate registered).
+pub fn worker(tls: &str, cfg: &[(&str, &str)], name: &str) -> Worker {
+    uct_shm::register();
+    uct_ib::register();
+    uct_tcp::register();
+    let mut p = ContextParams::new(Features::TAG | Features::STREAM | Features::AM).with_config("TLS", tls);
+    for (k, v) in cfg {
+        p = p.with_config(k, v);
+    }
+    Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new(name)).unwrap()
+}
+
+/// Progresses `w` until `f` gives something, for at most `limit`.
+pub fn wait_for<T>(w: &Worker, limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(x) = f() {
+            return x;
+        }
+        assert!(t.elapsed() < limit, "no {what} in {limit:?}");
+        w.progress();
+    }
+}
+
+/// A test serves one client process (`peer_exe sockaddr IP:PORT`, the tests' `ucp-peer`) by
+/// socket address on the loopback device, over `tls` with the `UCX_*` settings `cfg`; both
+/// run the echo. The server's lanes.
+pub fn serve_a_client_process(peer_exe: &str, tls: &str, cfg: &[(&str, &str)]) -> String {
+    let w = worker(tls, cfg, "sockaddr-server");
+    let inbox = Inbox::install(&w);
+    let reqs: Arc<Mutex<Vec<ConnRequest>>> = Arc::default();
+    let r = reqs.clone();
+    let l = w.listener(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0), move |req| r.lock().unwrap().push(req)).unwrap();
+    let addr = l.query();
+    assert_ne!(addr.port(), 0, "the bound port is reported");
+    let mut cmd = Command::new(peer_exe);
+    cmd.args(["sockaddr", &addr.to_string()]).env("UCX_TLS", tls);
+    for (k, v) in cfg {
+        cmd.env(format!("UCX_{k}"), v);
+    }
+    let mut peer = Peer::start(cmd, &format!("ucp-peer sockaddr over {tls}"));
+    let req = wait_for(&w, LIMIT, "connection request", || reqs.lock().unwrap().pop());
+    assert_eq!(req.client_addr().ip(), addr.ip(), "the client's address");
+    let ep = w.ep_create_conn_request(req).unwrap();
+    server(&w, &ep, &inbox).unwrap_or_else(|e| panic!("{tls}: server side: {e}"));
+    let client_lanes = peer.expect("lanes", LIMIT, || {
+        w.progress();
+    });
+    assert_eq!(
+        peer.line(LIMIT, || {
+            w.progress();
+        }),
+        "echo ok"
+    );
+    let server_lanes = lanes(&ep);
+    eprintln!("{tls}: server lanes {server_lanes}; client lanes {client_lanes}");
+    assert!(peer
+        .finish(LIMIT, || {
+            w.progress();
+        })
+        .success());
+    server_lanes
 }

@@ -13,88 +13,27 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tests::peer::Peer;
 use tests::sockaddr::{self, Inbox, LIMIT};
-use ucp::{block_on, ConnRequest, Context, ContextParams, Features, Status, Worker, WorkerParams};
+use ucp::{block_on, ConnRequest, Status};
 
 /// Tests here busy-poll: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn worker(tls: &str, cfg: &[(&str, &str)], name: &str) -> Worker {
-    uct_shm::register();
-    uct_ib::register();
-    uct_tcp::register();
-    let mut p = ContextParams::new(Features::TAG | Features::STREAM | Features::AM).with_config("TLS", tls);
-    for (k, v) in cfg {
-        p = p.with_config(k, v);
-    }
-    Worker::new(&Context::new(&p).unwrap(), &WorkerParams::new(name)).unwrap()
-}
+use sockaddr::worker;
 
 fn loopback() -> SocketAddr {
     SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0)
 }
 
-/// Progresses `w` until `f` gives something, for at most `limit`.
-fn wait_for<T>(w: &Worker, limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t = Instant::now();
-    loop {
-        if let Some(x) = f() {
-            return x;
-        }
-        assert!(t.elapsed() < limit, "no {what} in {limit:?}");
-        w.progress();
-    }
-}
-
-/// The test serves one client process by socket address; the lanes both sides report.
-fn serve_a_client_process(tls: &str, cfg: &[(&str, &str)]) -> String {
-    let w = worker(tls, cfg, "sockaddr-server");
-    let inbox = Inbox::install(&w);
-    let reqs: Arc<Mutex<Vec<ConnRequest>>> = Arc::default();
-    let r = reqs.clone();
-    let l = w.listener(loopback(), move |req| r.lock().unwrap().push(req)).unwrap();
-    let addr = l.query();
-    assert_ne!(addr.port(), 0, "the bound port is reported");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-    cmd.args(["sockaddr", &addr.to_string()]).env("UCX_TLS", tls);
-    for (k, v) in cfg {
-        cmd.env(format!("UCX_{k}"), v);
-    }
-    let mut peer = Peer::start(cmd, &format!("ucp-peer sockaddr over {tls}"));
-    let req = wait_for(&w, LIMIT, "connection request", || reqs.lock().unwrap().pop());
-    assert_eq!(req.client_addr().ip(), addr.ip(), "the client's address");
-    let ep = w.ep_create_conn_request(req).unwrap();
-    sockaddr::server(&w, &ep, &inbox).unwrap_or_else(|e| panic!("{tls}: server side: {e}"));
-    let client_lanes = peer.expect("lanes", LIMIT, || {
-        w.progress();
-    });
-    assert_eq!(
-        peer.line(LIMIT, || {
-            w.progress();
-        }),
-        "echo ok"
-    );
-    let server_lanes = sockaddr::lanes(&ep);
-    eprintln!("{tls}: server lanes {server_lanes}; client lanes {client_lanes}");
-    assert!(peer
-        .finish(LIMIT, || {
-            w.progress();
-        })
-        .success());
-    server_lanes
-}
-
 #[test]
 fn a_client_process_connects_by_address_over_shared_memory() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lanes = serve_a_client_process("shm", &[]);
+    let lanes = sockaddr::serve_a_client_process(env!("CARGO_BIN_EXE_ucp-peer"), "shm", &[]);
     assert!(
         lanes.split(' ').any(|l| l == "am=posix/memory" || l == "am=sysv/memory"),
         "two processes on one host talk over shared memory: {lanes}"
@@ -104,7 +43,7 @@ fn a_client_process_connects_by_address_over_shared_memory() {
 #[test]
 fn a_client_process_connects_by_address_over_tcp() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lanes = serve_a_client_process("tcp", &[("NET_DEVICES", "lo")]);
+    let lanes = sockaddr::serve_a_client_process(env!("CARGO_BIN_EXE_ucp-peer"), "tcp", &[("NET_DEVICES", "lo")]);
     assert!(lanes.split(' ').any(|l| l == "am=tcp/lo"), "{lanes}");
 }
 
