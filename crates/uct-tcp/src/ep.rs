@@ -1,5 +1,11 @@
-//! A `tcp` endpoint: one connection to a peer interface, opened without blocking, and the
-//! bytes queued for it.
+//! A `tcp` endpoint: the sending side of a connection to a peer interface, and the bytes
+//! queued for it.
+//!
+//! Connections carry both directions: an endpoint opens one (without blocking) when its
+//! interface has none to that peer interface that no endpoint here writes to yet, else it
+//! writes to the one the peer opened towards us - so a request and its reply travel one
+//! socket, and TCP's acknowledgements ride on the data instead of going as segments of their
+//! own. The interface reads every connection ([`Link`]).
 //!
 //! A send appends the message (header and payload) to the endpoint's send buffer, which holds
 //! at most `UCX_TCP_TX_SEG_SIZE` bytes, and writes what the socket takes at once; the rest
@@ -7,6 +13,11 @@
 //! waits for room). A connection that fails (refused, reset, the peer gone) fails the
 //! endpoint: its operations return the error from then on, and the interface's error handler
 //! hears of it once.
+//!
+//! When an endpoint goes, its side of the connection is shut for writing: the peer reads the
+//! end of the stream, and keeps writing to it if an endpoint of its own uses it. A connection
+//! is closed once neither side writes. An endpoint whose peer shut its side checks that the
+//! peer still lives with a keepalive frame: a peer that went answers with a reset.
 
 use std::cell::{Cell, RefCell};
 use std::io::{ErrorKind, Write};
@@ -21,6 +32,29 @@ use uct::{check_am_id, check_length, Completion, Ep, FlushFlags, PackFn, Pending
 use crate::iface::Inner;
 use crate::wire::{self, AM_HDR_LEN};
 
+/// A connection, shared by the endpoint that writes to it (at most one on this side) and the
+/// interface that reads from it.
+pub(crate) struct Link {
+    pub(crate) sock: Socket,
+    /// An endpoint of this side writes to it.
+    pub(crate) tx_used: Cell<bool>,
+    /// This side will write no more (its endpoint went, or failed): not for a new endpoint.
+    pub(crate) wr_shut: Cell<bool>,
+    /// The peer's end of the stream was read (it writes no more).
+    pub(crate) rx_closed: Cell<bool>,
+}
+
+impl Link {
+    pub(crate) fn new(sock: Socket, tx_used: bool) -> Rc<Link> {
+        Rc::new(Link { sock, tx_used: Cell::new(tx_used), wr_shut: Cell::new(false), rx_closed: Cell::new(false) })
+    }
+
+    /// Whether a new endpoint here may write to it.
+    pub(crate) fn is_free(&self) -> bool {
+        !self.tx_used.get() && !self.wr_shut.get() && !self.rx_closed.get()
+    }
+}
+
 /// Where the connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ConnState {
@@ -32,7 +66,7 @@ enum ConnState {
 /// The state of an endpoint, shared with its interface's progress.
 pub(crate) struct EpState {
     iface: Rc<Inner>,
-    sock: Socket,
+    link: Rc<Link>,
     peer: SockAddr,
     state: Cell<ConnState>,
     /// The send buffer (the handshake and one segment); bytes to send: `tx[head..tail]`.
@@ -42,10 +76,13 @@ pub(crate) struct EpState {
     pub(crate) group: GroupId,
     user_data: u64,
     flush_comps: RefCell<Vec<Rc<Completion>>>,
+    /// A keepalive frame went since the peer shut its side.
+    probed: Cell<bool>,
 }
 
 impl EpState {
-    /// Opens a connection to `peer` (without waiting for it) with the handshake queued.
+    /// Opens a connection to `peer` (without waiting for it) with the handshake queued; the
+    /// interface reads it from now on.
     pub(crate) fn connect(iface: &Rc<Inner>, peer: SockAddr, user_data: u64) -> UcsResult<Rc<EpState>> {
         let domain = if peer.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(|e| {
@@ -59,6 +96,9 @@ impl EpState {
             }
             if let Some(b) = iface.cfg.sndbuf {
                 sock.set_send_buffer_size(b)?;
+            }
+            if let Some(b) = iface.cfg.rcvbuf {
+                sock.set_recv_buffer_size(b)?;
             }
             if let Some(k) = iface.cfg.keepalive {
                 k.apply(&sock)?;
@@ -79,23 +119,47 @@ impl EpState {
                 return Err(Status::Unreachable);
             }
         };
+        let link = Link::new(sock, true);
+        iface.add_conn(link.clone(), peer.as_socket(), peer.as_socket(), true);
+        let st = Self::with_link(iface, link, peer, state, user_data, Some(&wire::handshake(iface.local_addr())));
+        st.write();
+        Ok(st)
+    }
+
+    /// An endpoint that writes to `link`, a connection the peer opened (connected, no
+    /// handshake to send).
+    pub(crate) fn attach(iface: &Rc<Inner>, link: Rc<Link>, peer: SockAddr, user_data: u64) -> Rc<EpState> {
+        link.tx_used.set(true);
+        Self::with_link(iface, link, peer, ConnState::Connected, user_data, None)
+    }
+
+    fn with_link(
+        iface: &Rc<Inner>,
+        link: Rc<Link>,
+        peer: SockAddr,
+        state: ConnState,
+        user_data: u64,
+        handshake: Option<&[u8]>,
+    ) -> Rc<EpState> {
         let mut tx = vec![0u8; iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN].into_boxed_slice();
-        tx[..wire::HANDSHAKE_LEN].copy_from_slice(&wire::handshake());
+        let tail = handshake.map_or(0, |h| {
+            tx[..h.len()].copy_from_slice(h);
+            h.len()
+        });
         let group = iface.base.pending.add_group();
-        let st = Rc::new(EpState {
+        Rc::new(EpState {
             iface: iface.clone(),
-            sock,
+            link,
             peer,
             state: Cell::new(state),
             tx: RefCell::new(tx),
             head: Cell::new(0),
-            tail: Cell::new(wire::HANDSHAKE_LEN),
+            tail: Cell::new(tail),
             group,
             user_data,
             flush_comps: RefCell::default(),
-        });
-        st.write();
-        Ok(st)
+            probed: Cell::new(false),
+        })
     }
 
     /// The error the endpoint failed with, if it did.
@@ -139,7 +203,8 @@ impl EpState {
         }
         tracing::debug!(peer = ?self.peer.as_socket(), "tcp: endpoint failed: {status}");
         self.state.set(ConnState::Failed(status));
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.link.wr_shut.set(true);
+        let _ = self.link.sock.shutdown(std::net::Shutdown::Both);
         self.drained(status);
         self.iface.base.report_failure(self.user_data, status);
     }
@@ -151,13 +216,13 @@ impl EpState {
             ConnState::Failed(_) => return false,
             ConnState::Connecting => {}
         }
-        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+        let mut p = libc::pollfd { fd: self.link.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
         // SAFETY: one valid pollfd; no waiting.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
         if r <= 0 || p.revents == 0 {
             return false;
         }
-        match self.sock.take_error() {
+        match self.link.sock.take_error() {
             Ok(None) => {
                 self.state.set(ConnState::Connected);
                 true
@@ -181,7 +246,7 @@ impl EpState {
             if h == t {
                 break;
             }
-            let r = (&self.sock).write(&self.tx.borrow()[h..t]);
+            let r = (&self.link.sock).write(&self.tx.borrow()[h..t]);
             match r {
                 Ok(k) => {
                     wrote = true;
@@ -200,23 +265,37 @@ impl EpState {
         wrote
     }
 
-    /// Whether the connection is gone, and why: the peer closed it or reset it
-    /// (`ConnectionReset`), or keepalive found no peer (`EndpointTimeout`). Without bytes
-    /// queued, a write would not tell.
+    /// Whether the connection is gone, and why: reset (`ConnectionReset`, also when the peer
+    /// closed it whole), or keepalive found no peer (`EndpointTimeout`). A peer that only shut
+    /// its side (its endpoint went; it may still read) gets a keepalive frame, once: if the
+    /// peer went, the reset it causes shows on a later check. Without bytes queued, a write
+    /// would not tell.
     fn peer_closed(&self) -> Option<Status> {
-        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        let mut p = libc::pollfd { fd: self.link.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
         // SAFETY: one valid pollfd; no waiting.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
-        if r <= 0 || p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0 {
+        if r <= 0 {
             return None;
         }
-        Some(match self.sock.take_error() {
-            Ok(Some(e)) | Err(e) => {
-                tracing::debug!(peer = ?self.peer.as_socket(), "tcp: connection failed: {e}");
-                io_status(&e)
-            }
-            Ok(None) => Status::ConnectionReset,
-        })
+        if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            return Some(match self.link.sock.take_error() {
+                Ok(Some(e)) | Err(e) => {
+                    tracing::debug!(peer = ?self.peer.as_socket(), "tcp: connection failed: {e}");
+                    io_status(&e)
+                }
+                Ok(None) => Status::ConnectionReset,
+            });
+        }
+        if p.revents & libc::POLLRDHUP != 0 && !self.probed.get() && self.tail.get() == self.head.get() {
+            self.probed.set(true);
+            self.head.set(0);
+            self.tail.set(0);
+            let at = 0;
+            self.tx.borrow_mut()[at..at + AM_HDR_LEN].copy_from_slice(&wire::am_header(wire::AM_ID_KEEPALIVE, 0));
+            self.tail.set(at + AM_HDR_LEN);
+            self.write();
+        }
+        None
     }
 
     /// Progress of this endpoint: connect, write; with `check_closed`, notice a peer that
@@ -277,6 +356,12 @@ impl EpState {
 impl Drop for EpState {
     fn drop(&mut self) {
         self.iface.base.pending.remove_group(self.group);
+        // This side writes no more: the peer reads the end of the stream (and may go on
+        // writing); the socket closes when the interface stops reading it too.
+        self.link.tx_used.set(false);
+        if !self.link.wr_shut.replace(true) {
+            let _ = self.link.sock.shutdown(std::net::Shutdown::Write);
+        }
     }
 }
 

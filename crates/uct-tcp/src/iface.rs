@@ -24,14 +24,18 @@ use uct::{
 };
 
 use crate::config::TcpIfaceConfig;
-use crate::ep::{EpState, TcpEp};
+use crate::ep::{EpState, Link, TcpEp};
 use crate::md::NetDevice;
 use crate::wire::{self, AM_HDR_LEN, HANDSHAKE_LEN};
 
-/// A connection a peer opened to this interface: what arrived and is not delivered yet.
+/// A connection this interface reads (one a peer opened, or one an endpoint here opened):
+/// what arrived and is not delivered yet.
 struct Conn {
-    sock: Socket,
+    link: Rc<Link>,
     peer: Option<SocketAddr>,
+    /// The peer interface's address (its device address and listening port): from the
+    /// handshake of a connection the peer opened, or the address an endpoint here connected to.
+    peer_iface: Option<SocketAddr>,
     /// Received bytes: `buf[head..tail]` is not handled yet.
     buf: Vec<u8>,
     head: usize,
@@ -132,29 +136,7 @@ impl Inner {
                     }
                     let peer = addr.as_socket();
                     tracing::trace!(?peer, "tcp: accepted a connection");
-                    let fd = sock.as_raw_fd();
-                    let conn = Conn {
-                        sock,
-                        peer,
-                        buf: vec![0u8; self.cfg.rx_seg_size],
-                        head: 0,
-                        tail: 0,
-                        handshaken: false,
-                        readable: true,
-                    };
-                    let mut conns = self.conns.borrow_mut();
-                    let slot = match conns.iter().position(Option::is_none) {
-                        Some(i) => i,
-                        None => {
-                            conns.push(None);
-                            conns.len() - 1
-                        }
-                    };
-                    if let Err(e) = epoll_add(&self.epoll, fd, slot as u64) {
-                        tracing::warn!("tcp: cannot watch an accepted connection: {e}; dropped");
-                        continue;
-                    }
-                    conns[slot] = Some(conn);
+                    self.add_conn(Link::new(sock, false), peer, None, false);
                     n += 1;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return n,
@@ -166,6 +148,68 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Starts reading `link` (under the first free slot); `handshaken`: no handshake is
+    /// expected on it (an endpoint here opened it).
+    pub(crate) fn add_conn(
+        &self,
+        link: Rc<Link>,
+        peer: Option<SocketAddr>,
+        peer_iface: Option<SocketAddr>,
+        handshaken: bool,
+    ) {
+        let fd = link.sock.as_raw_fd();
+        let conn = Conn {
+            link,
+            peer,
+            peer_iface,
+            buf: vec![0u8; self.cfg.rx_seg_size],
+            head: 0,
+            tail: 0,
+            handshaken,
+            readable: !handshaken,
+        };
+        let mut conns = self.conns.borrow_mut();
+        let slot = match conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                conns.push(None);
+                conns.len() - 1
+            }
+        };
+        if let Err(e) = epoll_add(&self.epoll, fd, slot as u64) {
+            tracing::warn!("tcp: cannot watch a connection: {e}; dropped");
+            return;
+        }
+        conns[slot] = Some(conn);
+    }
+
+    /// Stops reading `c` (the peer wrote its last, or the connection failed). Its socket
+    /// closes once no endpoint here writes to it either.
+    fn forget_conn(&self, c: Conn) {
+        c.link.rx_closed.set(true);
+        // SAFETY: both descriptors are open (the link holds the socket); removing a descriptor
+        // that is not watched fails harmlessly.
+        unsafe {
+            libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, c.link.sock.as_raw_fd(), std::ptr::null_mut())
+        };
+    }
+
+    /// A connection to the peer interface at `peer` that no endpoint here writes to yet.
+    fn free_link(&self, peer: SocketAddr) -> Option<Rc<Link>> {
+        let key = (peer.ip(), peer.port());
+        self.conns
+            .borrow()
+            .iter()
+            .flatten()
+            .find(|c| c.peer_iface.is_some_and(|a| (a.ip(), a.port()) == key) && c.link.is_free())
+            .map(|c| c.link.clone())
+    }
+
+    /// This interface's address as peers connect to it.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.dev.addr, self.port)
     }
 
     /// Accepts connections, reads them and delivers their messages round robin, one message
@@ -190,6 +234,7 @@ impl Inner {
                     Ok(false) => {}
                     Err(()) => {
                         tracing::debug!(peer = ?c.peer, "tcp: connection closed");
+                        self.forget_conn(c);
                         continue;
                     }
                 }
@@ -219,9 +264,12 @@ impl Inner {
                         break;
                     }
                     let h: [u8; HANDSHAKE_LEN] = c.buf[c.head..c.head + HANDSHAKE_LEN].try_into().expect("length");
-                    if let Err(e) = wire::check_handshake(&h) {
-                        tracing::warn!(peer = ?c.peer, "tcp: dropped a connection: {e}");
-                        return Err(());
+                    match wire::check_handshake(&h) {
+                        Ok(from) => c.peer_iface = Some(from),
+                        Err(e) => {
+                            tracing::warn!(peer = ?c.peer, "tcp: dropped a connection: {e}");
+                            return Err(());
+                        }
                     }
                     c.handshaken = true;
                     c.head += HANDSHAKE_LEN;
@@ -243,6 +291,9 @@ impl Inner {
                 }
                 let at = c.head + AM_HDR_LEN;
                 c.head = at + len;
+                if id == wire::AM_ID_KEEPALIVE {
+                    continue;
+                }
                 let _ = self.base.am.invoke(id, AmRecv::borrowed(&c.buf[at..at + len]));
                 return Ok(true);
             }
@@ -257,7 +308,7 @@ impl Inner {
                 c.head = 0;
             }
             loop {
-                match c.sock.read(&mut c.buf[c.tail..]) {
+                match (&c.link.sock).read(&mut c.buf[c.tail..]) {
                     Ok(0) => {
                         if c.head != c.tail {
                             tracing::warn!(peer = ?c.peer, bytes = c.tail - c.head,
@@ -484,7 +535,12 @@ impl Iface for TcpIface {
             }
             ip => SocketAddr::new(ip, u16::from_be_bytes(port)),
         };
-        let st = EpState::connect(&self.inner, SockAddr::from(peer), params.user_data)?;
+        // The connection the peer opened towards us, if no endpoint here writes to it yet:
+        // one socket for both directions.
+        let st = match self.inner.free_link(peer) {
+            Some(link) => EpState::attach(&self.inner, link, SockAddr::from(peer), params.user_data),
+            None => EpState::connect(&self.inner, SockAddr::from(peer), params.user_data)?,
+        };
         self.inner.eps.borrow_mut().push((st.group, Rc::downgrade(&st)));
         Ok(Box::new(TcpEp::new(st)))
     }

@@ -48,9 +48,11 @@ fn the_listener_survives_bad_clients() {
     let mut garbage = std::net::TcpStream::connect(addr).unwrap();
     garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     let mut bad_id = std::net::TcpStream::connect(addr).unwrap();
+    // A good handshake (version 2, from interface 127.0.0.1:9).
     let mut hs = b"UCXRSTCP".to_vec();
-    hs.extend_from_slice(&1u32.to_le_bytes());
-    hs.extend_from_slice(&[0; 4]);
+    hs.extend_from_slice(&2u32.to_le_bytes());
+    hs.extend_from_slice(&[4, 0, 0, 9, 127, 0, 0, 1]);
+    hs.extend_from_slice(&[0; 12]);
     bad_id.write_all(&hs).unwrap();
     bad_id.write_all(&[200, 0, 0, 0, 1, 0, 0, 0, 9]).unwrap();
     {
