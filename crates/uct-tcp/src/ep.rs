@@ -32,6 +32,10 @@ use uct::{check_am_id, check_length, Completion, Ep, FlushFlags, PackFn, Pending
 use crate::iface::Inner;
 use crate::wire::{self, AM_HDR_LEN};
 
+/// How long an endpoint waits for the answer to its handshake before it fails with
+/// `EndpointTimeout` (a peer that accepts the connection and never answers).
+pub(crate) const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A connection, shared by the endpoint that writes to it (at most one on this side) and the
 /// interface that reads from it.
 pub(crate) struct Link {
@@ -59,6 +63,8 @@ impl Link {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ConnState {
     Connecting,
+    /// Connected; the handshake goes, data waits for the peer's answer.
+    WaitAck,
     Connected,
     Failed(Status),
 }
@@ -66,8 +72,17 @@ enum ConnState {
 /// The state of an endpoint, shared with its interface's progress.
 pub(crate) struct EpState {
     iface: Rc<Inner>,
-    link: Rc<Link>,
+    /// The connection written to (another one when a simultaneous connect is resolved).
+    link: RefCell<Rc<Link>>,
     peer: SockAddr,
+    /// While waiting for the answer to the handshake, bytes of `tx` before this may go.
+    hs_end: Cell<usize>,
+    /// When it was created (an endpoint still waiting for its answer after
+    /// [`ANSWER_TIMEOUT`] fails).
+    born: std::time::Instant,
+    /// A connection the peer opened at the same time was matched with this endpoint
+    /// (`Inner::answer_handshake`).
+    pub(crate) raced: Cell<bool>,
     state: Cell<ConnState>,
     /// The send buffer (the handshake and one segment); bytes to send: `tx[head..tail]`.
     tx: RefCell<Box<[u8]>>,
@@ -110,7 +125,7 @@ impl EpState {
             Status::IoError
         })?;
         let state = match sock.connect(&peer) {
-            Ok(()) => ConnState::Connected,
+            Ok(()) => ConnState::WaitAck,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == ErrorKind::WouldBlock => {
                 ConnState::Connecting
             }
@@ -141,7 +156,8 @@ impl EpState {
         user_data: u64,
         handshake: Option<&[u8]>,
     ) -> Rc<EpState> {
-        let mut tx = vec![0u8; iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN].into_boxed_slice();
+        // One segment and the handshake, and room for an answer to a handshake (`adopt`).
+        let mut tx = vec![0u8; iface.cfg.tx_seg_size + wire::HANDSHAKE_LEN + AM_HDR_LEN].into_boxed_slice();
         let tail = handshake.map_or(0, |h| {
             tx[..h.len()].copy_from_slice(h);
             h.len()
@@ -149,8 +165,11 @@ impl EpState {
         let group = iface.base.pending.add_group();
         Rc::new(EpState {
             iface: iface.clone(),
-            link,
+            link: RefCell::new(link),
             peer,
+            hs_end: Cell::new(tail),
+            raced: Cell::new(false),
+            born: std::time::Instant::now(),
             state: Cell::new(state),
             tx: RefCell::new(tx),
             head: Cell::new(0),
@@ -173,7 +192,7 @@ impl EpState {
     /// Whether `len` more bytes fit in the send buffer (nothing is queued beyond the handshake
     /// and one segment).
     pub(crate) fn has_room(&self, len: usize) -> bool {
-        self.tail.get() - self.head.get() + len <= self.tx.borrow().len()
+        self.tail.get() - self.head.get() + len <= self.tx.borrow().len() - AM_HDR_LEN
     }
 
     /// Nothing is left to send (or the endpoint failed: nothing will be).
@@ -203,28 +222,31 @@ impl EpState {
         }
         tracing::debug!(peer = ?self.peer.as_socket(), "tcp: endpoint failed: {status}");
         self.state.set(ConnState::Failed(status));
-        self.link.wr_shut.set(true);
-        let _ = self.link.sock.shutdown(std::net::Shutdown::Both);
+        let link = self.link.borrow();
+        link.wr_shut.set(true);
+        let _ = link.sock.shutdown(std::net::Shutdown::Both);
         self.drained(status);
         self.iface.base.report_failure(self.user_data, status);
     }
 
-    /// Checks a connection in progress; true once it is up.
+    /// Checks a connection in progress; true once it is up (data may still wait for the
+    /// answer to the handshake).
     fn connected(&self) -> bool {
         match self.state.get() {
-            ConnState::Connected => return true,
+            ConnState::Connected | ConnState::WaitAck => return true,
             ConnState::Failed(_) => return false,
             ConnState::Connecting => {}
         }
-        let mut p = libc::pollfd { fd: self.link.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+        let link = self.link.borrow().clone();
+        let mut p = libc::pollfd { fd: link.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
         // SAFETY: one valid pollfd; no waiting.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
         if r <= 0 || p.revents == 0 {
             return false;
         }
-        match self.link.sock.take_error() {
+        match link.sock.take_error() {
             Ok(None) => {
-                self.state.set(ConnState::Connected);
+                self.state.set(ConnState::WaitAck);
                 true
             }
             Ok(Some(e)) | Err(e) => {
@@ -235,18 +257,75 @@ impl EpState {
         }
     }
 
-    /// Writes what the socket takes; true if bytes went.
+    /// Waits for the answer to its handshake.
+    pub(crate) fn is_waiting(&self) -> bool {
+        matches!(self.state.get(), ConnState::Connecting | ConnState::WaitAck)
+    }
+
+    /// The peer interface's address.
+    pub(crate) fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.peer.as_socket()
+    }
+
+    /// Whether it writes to `link`.
+    pub(crate) fn writes_to(&self, link: &Rc<Link>) -> bool {
+        Rc::ptr_eq(&self.link.borrow(), link)
+    }
+
+    /// The peer answered the handshake: data goes.
+    pub(crate) fn on_ack(&self) {
+        if self.state.get() == ConnState::WaitAck {
+            self.state.set(ConnState::Connected);
+            self.write();
+        }
+    }
+
+    /// Both sides connected at once and this side's interface address is the larger one:
+    /// writes to `link` (the peer's connection, whose handshake arrived) from now on, answering
+    /// it first, and closes its own. Nothing but the handshake went on its own connection.
+    pub(crate) fn adopt(&self, link: Rc<Link>) {
+        if !self.is_waiting() {
+            return;
+        }
+        link.tx_used.set(true);
+        let old = self.link.replace(link);
+        old.tx_used.set(false);
+        old.wr_shut.set(true);
+        let _ = old.sock.shutdown(std::net::Shutdown::Both);
+        // The answer goes in front of the data, in the handshake's place (or, when the data
+        // moved into it, before the data moved back: the buffer has room for one header more).
+        let (hs, t) = (self.hs_end.get(), self.tail.get());
+        let mut tx = self.tx.borrow_mut();
+        let at = if hs >= AM_HDR_LEN {
+            hs - AM_HDR_LEN
+        } else {
+            tx.copy_within(hs..t, AM_HDR_LEN);
+            self.tail.set(t - hs + AM_HDR_LEN);
+            0
+        };
+        tx[at..at + AM_HDR_LEN].copy_from_slice(&wire::am_header(wire::AM_ID_ACK, 0));
+        drop(tx);
+        self.head.set(at);
+        self.state.set(ConnState::Connected);
+        self.write();
+    }
+
+    /// Writes what the socket takes (while waiting for the answer to the handshake, the
+    /// handshake only); true if bytes went.
     fn write(&self) -> bool {
         if !self.connected() {
             return false;
         }
+        let waiting = self.state.get() == ConnState::WaitAck;
+        let link = self.link.borrow();
         let mut wrote = false;
         loop {
             let (h, t) = (self.head.get(), self.tail.get());
-            if h == t {
+            let end = if waiting { self.hs_end.get().min(t) } else { t };
+            if h >= end {
                 break;
             }
-            let r = (&self.link.sock).write(&self.tx.borrow()[h..t]);
+            let r = (&link.sock).write(&self.tx.borrow()[h..end]);
             match r {
                 Ok(k) => {
                     wrote = true;
@@ -256,12 +335,15 @@ impl EpState {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::debug!(peer = ?self.peer.as_socket(), "tcp: write failed: {e}");
+                    drop(link);
                     self.fail(io_status(&e));
                     return wrote;
                 }
             }
         }
-        self.drained(Status::Ok);
+        if !waiting {
+            self.drained(Status::Ok);
+        }
         wrote
     }
 
@@ -271,14 +353,15 @@ impl EpState {
     /// peer went, the reset it causes shows on a later check. Without bytes queued, a write
     /// would not tell.
     fn peer_closed(&self) -> Option<Status> {
-        let mut p = libc::pollfd { fd: self.link.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        let link = self.link.borrow().clone();
+        let mut p = libc::pollfd { fd: link.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
         // SAFETY: one valid pollfd; no waiting.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
         if r <= 0 {
             return None;
         }
         if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
-            return Some(match self.link.sock.take_error() {
+            return Some(match link.sock.take_error() {
                 Ok(Some(e)) | Err(e) => {
                     tracing::debug!(peer = ?self.peer.as_socket(), "tcp: connection failed: {e}");
                     io_status(&e)
@@ -305,7 +388,12 @@ impl EpState {
             return false;
         }
         let wrote = self.write();
-        if check_closed && self.state.get() == ConnState::Connected {
+        if check_closed && self.is_waiting() && self.born.elapsed() > ANSWER_TIMEOUT {
+            tracing::debug!(peer = ?self.peer.as_socket(), "tcp: no answer to the handshake in {ANSWER_TIMEOUT:?}");
+            self.fail(Status::EndpointTimeout);
+            return wrote;
+        }
+        if check_closed && matches!(self.state.get(), ConnState::Connected | ConnState::WaitAck) {
             if let Some(s) = self.peer_closed() {
                 self.fail(s);
             }
@@ -341,6 +429,7 @@ impl EpState {
                 tx.copy_within(h..t, 0);
                 self.head.set(0);
                 self.tail.set(t - h);
+                self.hs_end.set(self.hs_end.get().saturating_sub(h));
             }
             let at = self.tail.get();
             let n = fill(&mut tx[at + AM_HDR_LEN..at + AM_HDR_LEN + len])?;
@@ -358,9 +447,10 @@ impl Drop for EpState {
         self.iface.base.pending.remove_group(self.group);
         // This side writes no more: the peer reads the end of the stream (and may go on
         // writing); the socket closes when the interface stops reading it too.
-        self.link.tx_used.set(false);
-        if !self.link.wr_shut.replace(true) {
-            let _ = self.link.sock.shutdown(std::net::Shutdown::Write);
+        let link = self.link.borrow();
+        link.tx_used.set(false);
+        if !link.wr_shut.replace(true) {
+            let _ = link.sock.shutdown(std::net::Shutdown::Write);
         }
     }
 }

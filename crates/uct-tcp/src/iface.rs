@@ -10,7 +10,7 @@
 //! UCX's tcp transport did before it shared one socket per pair.
 
 use std::cell::{Cell, RefCell};
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     /// connection slot.
     epoll: OwnedFd,
     conns: RefCell<Vec<Option<Conn>>>,
+    /// The connection whose message is being delivered (out of `conns` meanwhile): its slot,
+    /// its link and its peer interface.
+    delivering: RefCell<Option<(usize, Rc<Link>, Option<SocketAddr>)>>,
     /// Endpoints this interface opened, by their pending group.
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpState>)>>,
     /// Progress calls since the endpoints' connections were last checked for a closed peer.
@@ -171,7 +174,8 @@ impl Inner {
             readable: !handshaken,
         };
         let mut conns = self.conns.borrow_mut();
-        let slot = match conns.iter().position(Option::is_none) {
+        let reserved = self.delivering.borrow().as_ref().map(|d| d.0);
+        let slot = match conns.iter().enumerate().position(|(i, c)| c.is_none() && Some(i) != reserved) {
             Some(i) => i,
             None => {
                 conns.push(None);
@@ -199,12 +203,67 @@ impl Inner {
     /// A connection to the peer interface at `peer` that no endpoint here writes to yet.
     fn free_link(&self, peer: SocketAddr) -> Option<Rc<Link>> {
         let key = (peer.ip(), peer.port());
-        self.conns
+        let fits =
+            |from: Option<SocketAddr>, link: &Link| from.is_some_and(|a| (a.ip(), a.port()) == key) && link.is_free();
+        if let Some((_, link, from)) = self.delivering.borrow().as_ref() {
+            if fits(*from, link) {
+                return Some(link.clone());
+            }
+        }
+        self.conns.borrow().iter().flatten().find(|c| fits(c.peer_iface, &c.link)).map(|c| c.link.clone())
+    }
+
+    /// The endpoint here that writes to `link`.
+    fn ep_writing_to(&self, link: &Rc<Link>) -> Option<Rc<EpState>> {
+        self.eps.borrow().iter().filter_map(|(_, w)| w.upgrade()).find(|e| e.writes_to(link))
+    }
+
+    /// The handshake of the peer interface `c.peer_iface` arrived on `c`, a connection it
+    /// opened. Usually the answer goes at once, and an endpoint here to that interface may
+    /// write to `c` from now on. When an endpoint here connected to the same interface at the
+    /// same time and still waits for its own answer, one of the two connections stays: the one
+    /// the smaller interface address opened. If that is ours, `c` gets no answer (the peer
+    /// takes ours and closes `c`); else our endpoint takes `c`, answering it, and closes its own.
+    fn answer_handshake(&self, c: &mut Conn) -> Result<(), ()> {
+        let Some(from) = c.peer_iface else { return Ok(()) };
+        let me = self.local_addr();
+        let key = |a: SocketAddr| (a.ip(), a.port());
+        let racing = self
+            .eps
             .borrow()
             .iter()
-            .flatten()
-            .find(|c| c.peer_iface.is_some_and(|a| (a.ip(), a.port()) == key) && c.link.is_free())
-            .map(|c| c.link.clone())
+            .filter_map(|(_, w)| w.upgrade())
+            .find(|e| e.is_waiting() && !e.raced.get() && e.peer_addr().is_some_and(|p| key(p) == key(from)));
+        // (One incoming connection per racing endpoint: more from that peer are for its other
+        // endpoints, and get their answer.)
+        if let Some(e) = &racing {
+            if key(me) != key(from) {
+                e.raced.set(true);
+            }
+        }
+        match racing {
+            Some(_) if key(me) < key(from) => {
+                tracing::trace!(%from, "tcp: simultaneous connect; the peer takes our connection");
+                // (Never free for an endpoint here: the peer closes it.)
+                c.link.wr_shut.set(true);
+                Ok(())
+            }
+            Some(ep) if key(me) > key(from) => {
+                tracing::trace!(%from, "tcp: simultaneous connect; we take the peer's connection");
+                ep.adopt(c.link.clone());
+                Ok(())
+            }
+            _ => {
+                let ack = wire::am_header(wire::AM_ID_ACK, 0);
+                match (&c.link.sock).write(&ack) {
+                    Ok(n) if n == ack.len() => Ok(()),
+                    r => {
+                        tracing::debug!(peer = ?c.peer, "tcp: cannot answer a handshake ({r:?}); dropped");
+                        Err(())
+                    }
+                }
+            }
+        }
     }
 
     /// This interface's address as peers connect to it.
@@ -229,7 +288,12 @@ impl Inner {
                 let Some(mut c) = self.conns.borrow_mut().get_mut(i).and_then(|c| c.take_if(|c| c.has_more())) else {
                     continue;
                 };
-                match self.next_message(&mut c) {
+                // Its slot stays reserved, and an endpoint created by the handler may write to
+                // it (the reply to a request goes where the request came from).
+                *self.delivering.borrow_mut() = Some((i, c.link.clone(), c.peer_iface));
+                let r = self.next_message(&mut c);
+                *self.delivering.borrow_mut() = None;
+                match r {
                     Ok(true) => round += 1,
                     Ok(false) => {}
                     Err(()) => {
@@ -273,6 +337,7 @@ impl Inner {
                     }
                     c.handshaken = true;
                     c.head += HANDSHAKE_LEN;
+                    self.answer_handshake(c)?;
                     continue;
                 }
                 if avail < AM_HDR_LEN {
@@ -292,6 +357,12 @@ impl Inner {
                 let at = c.head + AM_HDR_LEN;
                 c.head = at + len;
                 if id == wire::AM_ID_KEEPALIVE {
+                    continue;
+                }
+                if id == wire::AM_ID_ACK {
+                    if let Some(ep) = self.ep_writing_to(&c.link) {
+                        ep.on_ack();
+                    }
                     continue;
                 }
                 let _ = self.base.am.invoke(id, AmRecv::borrowed(&c.buf[at..at + len]));
@@ -442,6 +513,7 @@ impl TcpIface {
                 port,
                 epoll,
                 conns: RefCell::default(),
+                delivering: RefCell::default(),
                 eps: RefCell::default(),
                 ticks: Cell::new(0),
             }),

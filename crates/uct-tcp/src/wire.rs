@@ -7,9 +7,13 @@
 //!   the rest zero) - so that an endpoint of the accepting side to that interface can write to
 //!   this connection. The accepting side drops a connection whose first bytes are anything
 //!   else, so a port scan or a stray client costs it nothing but a log line.
-//! * Active message: the id (one byte, below [`uct::AM_ID_MAX`], or [`AM_ID_KEEPALIVE`] with
-//!   no payload, which the reader skips), three zero bytes, the payload's length (u32,
-//!   little-endian), the payload.
+//! * The accepting side answers a handshake with an [`AM_ID_ACK`] frame, and only then does
+//!   the connecting side send: when both sides connected to each other at once, the side with
+//!   the larger interface address answers on the other's connection and closes its own, so
+//!   one connection carries both directions, in order.
+//! * Active message: the id (one byte, below [`uct::AM_ID_MAX`], or [`AM_ID_KEEPALIVE`] or
+//!   [`AM_ID_ACK`] with no payload, which the reader does not deliver), three zero bytes, the
+//!   payload's length (u32, little-endian), the payload.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,6 +28,8 @@ pub(crate) const HANDSHAKE_LEN: usize = 32;
 pub(crate) const AM_HDR_LEN: usize = 8;
 /// The id of a keepalive frame: no payload, nothing delivered.
 pub(crate) const AM_ID_KEEPALIVE: u8 = 0xff;
+/// The id of the accepting side's answer to a handshake: the connecting side may send now.
+pub(crate) const AM_ID_ACK: u8 = 0xfe;
 
 /// The handshake of a connection from the interface at `from`.
 pub(crate) fn handshake(from: SocketAddr) -> [u8; HANDSHAKE_LEN] {
@@ -102,7 +108,7 @@ pub(crate) fn am_header(id: u8, len: usize) -> [u8; AM_HDR_LEN] {
 
 /// Decodes an active message's header: its id and payload length (at most `max`).
 pub(crate) fn decode_am_header(h: &[u8; AM_HDR_LEN], max: usize) -> Result<(u8, usize), WireError> {
-    let keepalive = h[0] == AM_ID_KEEPALIVE && h[4..] == [0; 4];
+    let keepalive = (h[0] == AM_ID_KEEPALIVE || h[0] == AM_ID_ACK) && h[4..] == [0; 4];
     if h[0] >= uct::AM_ID_MAX && !keepalive {
         return Err(WireError::BadAmId(h[0]));
     }
