@@ -62,6 +62,9 @@ impl Conn {
     }
 }
 
+/// The connection whose message is being delivered: its slot, its link, its peer interface.
+type Delivering = (usize, Rc<Link>, Option<SocketAddr>);
+
 /// The shared state of an interface.
 pub(crate) struct Inner {
     pub(crate) base: BaseIface,
@@ -75,7 +78,7 @@ pub(crate) struct Inner {
     conns: RefCell<Vec<Option<Conn>>>,
     /// The connection whose message is being delivered (out of `conns` meanwhile): its slot,
     /// its link and its peer interface.
-    delivering: RefCell<Option<(usize, Rc<Link>, Option<SocketAddr>)>>,
+    delivering: RefCell<Option<Delivering>>,
     /// Endpoints this interface opened, by their pending group.
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpState>)>>,
     /// Progress calls since the endpoints' connections were last checked for a closed peer.
