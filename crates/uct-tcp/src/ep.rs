@@ -77,6 +77,8 @@ pub(crate) struct EpState {
     peer: SockAddr,
     /// While waiting for the answer to the handshake, bytes of `tx` before this may go.
     hs_end: Cell<usize>,
+    /// A zero-copy message not written whole yet: it goes before anything else.
+    zc: RefCell<Option<ZcInFlight>>,
     /// When it was created (an endpoint still waiting for its answer after
     /// [`ANSWER_TIMEOUT`] fails).
     born: std::time::Instant,
@@ -169,6 +171,7 @@ impl EpState {
             peer,
             hs_end: Cell::new(tail),
             raced: Cell::new(false),
+            zc: RefCell::new(None),
             born: std::time::Instant::now(),
             state: Cell::new(state),
             tx: RefCell::new(tx),
@@ -192,12 +195,15 @@ impl EpState {
     /// Whether `len` more bytes fit in the send buffer (nothing is queued beyond the handshake
     /// and one segment).
     pub(crate) fn has_room(&self, len: usize) -> bool {
-        self.tail.get() - self.head.get() + len <= self.tx.borrow().len() - AM_HDR_LEN
+        self.zc.borrow().is_none() && self.tail.get() - self.head.get() + len <= self.tx.borrow().len() - AM_HDR_LEN
     }
 
     /// Nothing is left to send (or the endpoint failed: nothing will be).
     pub(crate) fn is_flushed(&self) -> bool {
-        self.error().is_some() || (self.state.get() == ConnState::Connected && self.tail.get() == self.head.get())
+        self.error().is_some()
+            || (self.state.get() == ConnState::Connected
+                && self.tail.get() == self.head.get()
+                && self.zc.borrow().is_none())
     }
 
     /// The send buffer is empty again: waiting flushes complete with `status`.
@@ -225,6 +231,11 @@ impl EpState {
         let link = self.link.borrow();
         link.wr_shut.set(true);
         let _ = link.sock.shutdown(std::net::Shutdown::Both);
+        drop(link);
+        let zc = self.zc.borrow_mut().take();
+        if let Some(c) = zc.and_then(|z| z.comp) {
+            c.complete(status);
+        }
         self.drained(status);
         self.iface.base.report_failure(self.user_data, status);
     }
@@ -317,8 +328,20 @@ impl EpState {
             return false;
         }
         let waiting = self.state.get() == ConnState::WaitAck;
-        let link = self.link.borrow();
         let mut wrote = false;
+        if !waiting && self.zc.borrow().is_some() {
+            match self.write_zc() {
+                Ok(w) => wrote = w,
+                Err(e) => {
+                    self.fail(io_status(&e));
+                    return wrote;
+                }
+            }
+            if self.zc.borrow().is_some() {
+                return wrote;
+            }
+        }
+        let link = self.link.borrow();
         loop {
             let (h, t) = (self.head.get(), self.tail.get());
             let end = if waiting { self.hs_end.get().min(t) } else { t };
@@ -345,6 +368,102 @@ impl EpState {
             self.drained(Status::Ok);
         }
         wrote
+    }
+
+    /// Writes what the socket takes of the zero-copy message in flight; completes it when it
+    /// went whole. Whether bytes went.
+    fn write_zc(&self) -> std::io::Result<bool> {
+        let mut zc = self.zc.borrow_mut();
+        let Some(z) = zc.as_mut() else { return Ok(false) };
+        let mut wrote = false;
+        while !z.done() {
+            match z.write_to(&self.link.borrow().sock) {
+                Ok(n) => {
+                    wrote |= n > 0;
+                    z.advance(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(wrote),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let comp = zc.take().and_then(|z| z.comp);
+        drop(zc);
+        if let Some(c) = comp {
+            c.complete(Status::Ok);
+        }
+        Ok(wrote)
+    }
+
+    /// Sends header and `iov` straight from the caller's memory (`writev`); what the socket
+    /// does not take now goes from progress, and `comp` completes then.
+    ///
+    /// # Safety
+    /// The iov's memory stays valid and unmodified until the operation completes.
+    unsafe fn zcopy(&self, id: u8, header: &[u8], iov: &[uct::Iov<'_>], comp: Option<&Rc<Completion>>) -> OpResult {
+        if let Some(s) = self.error() {
+            return Err(s);
+        }
+        if !self.iface.base.pending.may_send(self.group) || self.zc.borrow().is_some() {
+            return Ok(Outcome::NoResource);
+        }
+        if iov.iter().any(|v| v.count > 1 && v.stride != v.length) {
+            tracing::error!("tcp: am_zcopy takes contiguous iov entries only");
+            return Err(Status::Unsupported);
+        }
+        let payload = uct::iov_total_len(iov);
+        // Behind queued bytes, or before the peer answered: copied like a buffered send when
+        // it fits, else wait.
+        if self.state.get() != ConnState::Connected || self.tail.get() != self.head.get() {
+            self.write();
+        }
+        if self.state.get() != ConnState::Connected || self.tail.get() != self.head.get() {
+            if !self.has_room(AM_HDR_LEN + header.len() + payload) {
+                return Ok(Outcome::NoResource);
+            }
+            return self
+                .send(id, header.len() + payload, |b| {
+                    b[..header.len()].copy_from_slice(header);
+                    let mut at = header.len();
+                    for v in iov {
+                        let n = v.total_len();
+                        // SAFETY: the caller keeps the entry's `n` bytes at `v.buffer` valid;
+                        // entries are contiguous (checked above).
+                        b[at..at + n].copy_from_slice(unsafe { std::slice::from_raw_parts(v.buffer, n) });
+                        at += n;
+                    }
+                    Ok(at)
+                })
+                .map(|o| o.map(|_| ()));
+        }
+        let mut z = ZcInFlight::new(id, header, iov, payload)?;
+        let mut first = true;
+        while !z.done() {
+            match z.write_to(&self.link.borrow().sock) {
+                Ok(n) => z.advance(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if first => {
+                    tracing::debug!(peer = ?self.peer.as_socket(), "tcp: write failed: {e}");
+                    self.fail(io_status(&e));
+                    return Err(io_status(&e));
+                }
+                Err(e) => {
+                    // Part of it went: the operation is started, its completion reports.
+                    z.comp = comp.cloned();
+                    *self.zc.borrow_mut() = Some(z);
+                    self.fail(io_status(&e));
+                    return Ok(Outcome::InProgress);
+                }
+            }
+            first = false;
+        }
+        if z.done() {
+            return Ok(Outcome::Done(()));
+        }
+        z.comp = comp.cloned();
+        *self.zc.borrow_mut() = Some(z);
+        Ok(Outcome::InProgress)
     }
 
     /// Whether the connection is gone, and why: reset (`ConnectionReset`, also when the peer
@@ -505,6 +624,25 @@ impl Ep for TcpEp {
         })
     }
 
+    unsafe fn am_zcopy(
+        &self,
+        id: u8,
+        header: &[u8],
+        iov: &[uct::Iov<'_>],
+        _flags: SendFlags,
+        comp: Option<&Rc<Completion>>,
+    ) -> OpResult {
+        check_am_id(id)?;
+        let a = &self.st.iface.base.attr.am;
+        check_length(header.len(), a.max_hdr, "am_zcopy header")?;
+        check_length(header.len() + uct::iov_total_len(iov), a.max_zcopy, "am_zcopy")?;
+        if iov.len() > a.max_iov {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.st.zcopy(id, header, iov, comp) }
+    }
+
     fn flush(&self, _flags: FlushFlags, comp: Option<&Rc<Completion>>) -> OpResult {
         if let Some(s) = self.st.error() {
             return Err(s);
@@ -558,5 +696,73 @@ fn io_status(e: &std::io::Error) -> Status {
         Status::EndpointTimeout
     } else {
         Status::ConnectionReset
+    }
+}
+
+/// The most iov entries an `am_zcopy` takes (and the attribute says).
+pub(crate) const ZC_MAX_IOV: usize = 8;
+/// The largest user header of an `am_zcopy`.
+pub(crate) const ZC_MAX_HDR: usize = 128;
+
+/// A zero-copy active message being written: the frame header and the user header copied
+/// here, the payload in the caller's memory.
+pub(crate) struct ZcInFlight {
+    head: [u8; AM_HDR_LEN + ZC_MAX_HDR],
+    head_len: usize,
+    parts: [(*const u8, usize); ZC_MAX_IOV],
+    nparts: usize,
+    /// Bytes written so far (of the whole frame).
+    sent: usize,
+    total: usize,
+    comp: Option<Rc<Completion>>,
+}
+
+impl ZcInFlight {
+    fn new(id: u8, header: &[u8], iov: &[uct::Iov<'_>], payload: usize) -> UcsResult<ZcInFlight> {
+        if header.len() > ZC_MAX_HDR || iov.len() > ZC_MAX_IOV {
+            return Err(Status::InvalidParam);
+        }
+        let mut head = [0u8; AM_HDR_LEN + ZC_MAX_HDR];
+        head[..AM_HDR_LEN].copy_from_slice(&wire::am_header(id, header.len() + payload));
+        head[AM_HDR_LEN..AM_HDR_LEN + header.len()].copy_from_slice(header);
+        let mut parts = [(std::ptr::null(), 0); ZC_MAX_IOV];
+        for (p, v) in parts.iter_mut().zip(iov) {
+            *p = (v.buffer as *const u8, v.total_len());
+        }
+        let head_len = AM_HDR_LEN + header.len();
+        Ok(ZcInFlight { head, head_len, parts, nparts: iov.len(), sent: 0, total: head_len + payload, comp: None })
+    }
+
+    fn done(&self) -> bool {
+        self.sent == self.total
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.sent += n;
+    }
+
+    /// One `writev` of what is left.
+    fn write_to(&self, sock: &Socket) -> std::io::Result<usize> {
+        let mut bufs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; ZC_MAX_IOV + 1];
+        let mut n = 0;
+        let mut skip = self.sent;
+        let head = (self.head.as_ptr(), self.head_len);
+        for &(ptr, len) in std::iter::once(&head).chain(&self.parts[..self.nparts]) {
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            // SAFETY: `skip < len`, within the part; the caller of `am_zcopy` keeps the payload
+            // valid until completion, and the header lives in `self`.
+            bufs[n] = libc::iovec { iov_base: unsafe { ptr.add(skip) } as *mut libc::c_void, iov_len: len - skip };
+            skip = 0;
+            n += 1;
+        }
+        // SAFETY: `n` valid iovecs over live memory; a non-blocking socket.
+        let r = unsafe { libc::writev(sock.as_raw_fd(), bufs.as_ptr(), n as i32) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(r as usize)
     }
 }

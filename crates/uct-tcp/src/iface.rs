@@ -483,6 +483,7 @@ impl TcpIface {
             flags: IfaceFlags::CONNECT_TO_IFACE
                 | IfaceFlags::AM_SHORT
                 | IfaceFlags::AM_BCOPY
+                | IfaceFlags::AM_ZCOPY
                 | IfaceFlags::PENDING
                 | IfaceFlags::CB_SYNC
                 | IfaceFlags::EP_CHECK
@@ -491,9 +492,12 @@ impl TcpIface {
             am: OpCaps {
                 max_short: max,
                 max_bcopy: max,
+                // Zero-copy messages as large as the receiver's segment.
+                max_zcopy: cfg.rx_seg_size - AM_HDR_LEN,
+                max_hdr: crate::ep::ZC_MAX_HDR,
                 opt_zcopy_align: 1,
                 align_mtu: 1,
-                max_iov: 1,
+                max_iov: crate::ep::ZC_MAX_IOV,
                 ..Default::default()
             },
             device_addr_len: 17,

@@ -82,6 +82,12 @@ impl Md for TcpMd {
             .collect()
     }
 
+    /// Nothing to register: zero-copy sends write from the caller's memory (a handle that is
+    /// only the range).
+    unsafe fn mem_reg(&self, addr: *mut u8, len: usize, _access: uct::MemAccess) -> UcsResult<uct::MemH> {
+        Ok(uct::MemH::bounds(NAME, addr, len))
+    }
+
     fn iface_open(&self, worker: &Worker, params: &IfaceParams) -> UcsResult<Box<dyn Iface>> {
         if params.tl_name != NAME {
             return Err(Status::NoDevice);
