@@ -18,13 +18,14 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn context(tls: &str, features: Features) -> Context {
     uct_shm::register();
-    Context::new(&ContextParams::new(features).with_config("TLS", tls)).unwrap()
+    uct_tcp::register();
+    Context::new(&ContextParams::new(features).with_config("TLS", tls).with_config("NET_DEVICES", "lo")).unwrap()
 }
 
-/// Starts an echoing peer for `rounds` messages; returns it and its worker address.
-fn spawn(w: &Worker, rounds: usize) -> (Peer, Vec<u8>) {
+/// Starts an echoing peer for `rounds` messages over `tls`; returns it and its worker address.
+fn spawn(w: &Worker, rounds: usize, tls: &str) -> (Peer, Vec<u8>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ucp-peer"));
-    cmd.args(["wakeup", &hex(w.address()), &rounds.to_string()]).env("UCX_TLS", "posix,cma");
+    cmd.args(["wakeup", &hex(w.address()), &rounds.to_string()]).env("UCX_TLS", tls).env("UCX_NET_DEVICES", "lo");
     let mut peer = Peer::start(cmd, "ucp-peer wakeup");
     let addr = peer.expect("addr", TIMEOUT, || {});
     (peer, unhex(&addr).expect("an address in hex"))
@@ -41,8 +42,14 @@ fn finish(peer: &mut Peer) -> u64 {
 #[test]
 fn two_processes_sleep_between_messages() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let w = Worker::new(&context("posix,cma", Features::TAG | Features::WAKEUP), &WorkerParams::new("main")).unwrap();
-    let (mut peer, addr) = spawn(&w, SIZES.len());
+    for tls in ["posix,cma", "tcp"] {
+        sleep_between_messages(tls);
+    }
+}
+
+fn sleep_between_messages(tls: &str) {
+    let w = Worker::new(&context(tls, Features::TAG | Features::WAKEUP), &WorkerParams::new("main")).unwrap();
+    let (mut peer, addr) = spawn(&w, SIZES.len(), tls);
     let ep = w.ep_create(&addr).unwrap();
     let mut sleeps = 0;
     for (i, &n) in SIZES.iter().enumerate() {
@@ -50,19 +57,19 @@ fn two_processes_sleep_between_messages() {
         let t = Instant::now();
         while !asleep(peer.id(), peer.id()) {
             w.progress();
-            assert!(t.elapsed() < TIMEOUT, "the peer never fell asleep");
+            assert!(t.elapsed() < TIMEOUT, "{tls}: the peer never fell asleep");
         }
         let data = pattern(n, i as u64);
         send_sleeping(&ep, &data, PING, &mut sleeps);
         let back = recv_sleeping(&w, PONG, &mut sleeps);
-        assert!(back == data, "{n} bytes came back different");
+        assert!(back == data, "{tls}: {n} bytes came back different");
     }
     ep.close(ucp::CloseMode::Flush).unwrap();
     let peer_sleeps = finish(&mut peer);
-    eprintln!("slept: here {sleeps}, peer {peer_sleeps}");
+    eprintln!("{tls}: slept: here {sleeps}, peer {peer_sleeps}");
     // A busy-polling peer would loop millions of times; one that sleeps wakes a few times per
     // message.
-    assert!(peer_sleeps < 200 * SIZES.len() as u64, "the peer did not sleep: {peer_sleeps} wakeups");
+    assert!(peer_sleeps < 200 * SIZES.len() as u64, "{tls}: the peer did not sleep: {peer_sleeps} wakeups");
     assert!(sleeps > 0);
 }
 
@@ -85,7 +92,7 @@ async fn drive(w: &Worker) -> ! {
 fn futures_driven_by_a_task_on_the_descriptor() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let w = Worker::new(&context("posix,cma", Features::TAG | Features::WAKEUP), &WorkerParams::new("tokio")).unwrap();
-    let (mut peer, addr) = spawn(&w, SIZES.len());
+    let (mut peer, addr) = spawn(&w, SIZES.len(), "posix,cma");
     let ep = w.ep_create(&addr).unwrap();
     let pid = peer.id();
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();

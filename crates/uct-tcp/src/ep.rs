@@ -268,6 +268,20 @@ impl EpState {
         }
     }
 
+    /// Bytes wait to be written (or the connection to come up).
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.error().is_none()
+            && (self.state.get() == ConnState::Connecting
+                || self.zc.borrow().is_some()
+                || (self.tail.get() != self.head.get()
+                    && (self.state.get() == ConnState::Connected || self.head.get() < self.hs_end.get())))
+    }
+
+    /// The socket it writes to.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.link.borrow().sock.as_raw_fd()
+    }
+
     /// Waits for the answer to its handshake.
     pub(crate) fn is_waiting(&self) -> bool {
         matches!(self.state.get(), ConnState::Connecting | ConnState::WaitAck)

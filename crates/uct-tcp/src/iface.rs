@@ -19,8 +19,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use ucs::arbiter::GroupId;
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
-    AmRecv, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, FlushFlags, Iface, IfaceAttr, IfaceFlags,
-    IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
+    AmRecv, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags, FlushFlags, Iface, IfaceAttr,
+    IfaceFlags, IfaceParams, LinearFunc, OpCaps, ProgressFlags, Resources, Worker,
 };
 
 use crate::config::TcpIfaceConfig;
@@ -79,6 +79,10 @@ pub(crate) struct Inner {
     /// The connection whose message is being delivered (out of `conns` meanwhile): its slot,
     /// its link and its peer interface.
     delivering: RefCell<Option<Delivering>>,
+    /// Sockets with bytes to write, each watched once for room (`EPOLLOUT | EPOLLONESHOT`) by
+    /// [`Iface::event_arm`]; itself watched by `epoll`, so the interface's one descriptor
+    /// wakes a sleeper for sends too.
+    wr_epoll: OwnedFd,
     /// Endpoints this interface opened, by their pending group.
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpState>)>>,
     /// Progress calls since the endpoints' connections were last checked for a closed peer.
@@ -116,6 +120,8 @@ impl Inner {
             let key = ev.u64;
             if key == LISTENER {
                 n += self.accept();
+            } else if key == WRITERS {
+                self.drain_writers();
             } else if let Some(Some(c)) = self.conns.borrow_mut().get_mut(key as usize) {
                 c.readable = true;
             }
@@ -267,6 +273,46 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Takes the writers' set's events (one-shot: each fired once; progress writes).
+    fn drain_writers(&self) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        // SAFETY: `evs` holds 16 entries the kernel may write; no waiting.
+        while unsafe { libc::epoll_wait(self.wr_epoll.as_raw_fd(), evs.as_mut_ptr(), 16, 0) } == 16 {}
+    }
+
+    /// Arms for the next event: `Err(Busy)` when progress has work now (a whole message
+    /// buffered, a connection with bytes, a pending request with room, a socket with room for
+    /// bytes waiting); else the sockets with bytes to write are watched for room.
+    fn arm(&self) -> UcsResult<()> {
+        if self.conns.borrow().iter().flatten().any(Conn::has_more) {
+            return Err(Status::Busy);
+        }
+        // SAFETY: one event the kernel may write; no waiting.
+        let ready = unsafe {
+            let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 1];
+            libc::epoll_wait(self.epoll.as_raw_fd(), ev.as_mut_ptr(), 1, 0)
+        };
+        if ready > 0 {
+            // (The event was taken: the caller progresses, which asks epoll again.)
+            return Err(Status::Busy);
+        }
+        let eps: Vec<Rc<EpState>> = self.eps.borrow().iter().filter_map(|(_, w)| w.upgrade()).collect();
+        if !self.base.pending.is_empty() && eps.iter().any(|e| e.has_room_for_any()) {
+            return Err(Status::Busy);
+        }
+        for e in eps.iter().filter(|e| e.has_unsent()) {
+            let mut ev = libc::epoll_event { events: (libc::EPOLLOUT | libc::EPOLLONESHOT) as u32, u64: 0 };
+            let fd = e.fd();
+            // SAFETY: both descriptors are open; `ev` is a valid event the kernel copies.
+            let r = unsafe { libc::epoll_ctl(self.wr_epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+            if r != 0 {
+                // SAFETY: as above.
+                unsafe { libc::epoll_ctl(self.wr_epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            }
+        }
+        Ok(())
     }
 
     /// This interface's address as peers connect to it.
@@ -478,6 +524,18 @@ impl TcpIface {
             tracing::error!("tcp: cannot watch the listener: {e}");
             Status::IoError
         })?;
+        // SAFETY: plain system call; the descriptor is owned right below.
+        let wfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if wfd < 0 {
+            tracing::error!("tcp: epoll_create1: {}", std::io::Error::last_os_error());
+            return Err(Status::IoError);
+        }
+        // SAFETY: `wfd` is a new descriptor nothing else owns.
+        let wr_epoll = unsafe { OwnedFd::from_raw_fd(wfd) };
+        epoll_add(&epoll, wr_epoll.as_raw_fd(), WRITERS).map_err(|e| {
+            tracing::error!("tcp: cannot watch the writers' set: {e}");
+            Status::IoError
+        })?;
         let max = cfg.tx_seg_size - AM_HDR_LEN;
         let attr = IfaceAttr {
             flags: IfaceFlags::CONNECT_TO_IFACE
@@ -500,6 +558,7 @@ impl TcpIface {
                 max_iov: crate::ep::ZC_MAX_IOV,
                 ..Default::default()
             },
+            event_flags: EventFlags::SEND_COMP | EventFlags::RECV | EventFlags::FD,
             device_addr_len: 17,
             iface_addr_len: 2,
             ep_addr_len: 0,
@@ -519,6 +578,7 @@ impl TcpIface {
                 listener,
                 port,
                 epoll,
+                wr_epoll,
                 conns: RefCell::default(),
                 delivering: RefCell::default(),
                 eps: RefCell::default(),
@@ -536,6 +596,8 @@ impl Drop for TcpIface {
 
 /// The epoll key of the listener (connections have their slot's index).
 const LISTENER: u64 = u64::MAX;
+/// The epoll key of the writers' set.
+const WRITERS: u64 = u64::MAX - 1;
 
 /// Watches `fd` for input (level-triggered) under `key`.
 fn epoll_add(epoll: &OwnedFd, fd: RawFd, key: u64) -> std::io::Result<()> {
@@ -582,6 +644,14 @@ impl Iface for TcpIface {
 
     fn device_address(&self) -> Vec<u8> {
         encode_ip(self.inner.dev.addr)
+    }
+
+    fn event_fd(&self) -> UcsResult<RawFd> {
+        Ok(self.inner.epoll.as_raw_fd())
+    }
+
+    fn event_arm(&self, _events: EventFlags) -> UcsResult<()> {
+        self.inner.arm()
     }
 
     fn iface_address(&self) -> Vec<u8> {
