@@ -5,7 +5,7 @@
 //! interface has none to that peer interface that no endpoint here writes to yet, else it
 //! writes to the one the peer opened towards us - so a request and its reply travel one
 //! socket, and TCP's acknowledgements ride on the data instead of going as segments of their
-//! own. The interface reads every connection ([`Link`]).
+//! own. The interface reads every connection (`Link`).
 //!
 //! A send appends the message (header and payload) to the endpoint's send buffer, which holds
 //! at most `UCX_TCP_TX_SEG_SIZE` bytes, and writes what the socket takes at once; the rest
