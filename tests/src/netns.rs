@@ -2,7 +2,7 @@
 //! that tcp crosses a real network device instead of loopback. Needs root and `ip` (iproute2);
 //! [`NetPair::new`] says why when it cannot.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -15,8 +15,8 @@ pub struct Side {
     pub ns: String,
     /// The veth device in it.
     pub dev: String,
-    /// Its IPv4 address.
-    pub ip: Ipv4Addr,
+    /// Its address (IPv4, or IPv6 alone: see [`NetPair::new_v6`]).
+    pub ip: IpAddr,
 }
 
 /// Namespaces `a` and `b`, each with one end of a veth pair, addressed in one /24.
@@ -37,8 +37,19 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 impl NetPair {
-    /// Makes the namespaces and the veth pair, both ends up (loopback too).
+    /// Makes the namespaces and the veth pair, both ends up (loopback too), addressed in an
+    /// IPv4 /24.
     pub fn new() -> Result<NetPair, String> {
+        Self::make(false)
+    }
+
+    /// The same with IPv6 addresses only (a /64 of unique local addresses, no duplicate
+    /// detection, so they are usable at once; IPv6 switched on in both namespaces).
+    pub fn new_v6() -> Result<NetPair, String> {
+        Self::make(true)
+    }
+
+    fn make(v6: bool) -> Result<NetPair, String> {
         // SAFETY: getuid has no preconditions.
         if unsafe { libc::getuid() } != 0 {
             return Err("network namespaces need root".into());
@@ -50,7 +61,11 @@ impl NetPair {
         let side = |x: &str, host: u8| Side {
             ns: format!("ucxrs-{pid}-{n}{x}"),
             dev: format!("ucx{}{n}{x}", pid % 100_000),
-            ip: Ipv4Addr::new(10, 100 + net % 100, sub, host),
+            ip: if v6 {
+                IpAddr::V6(Ipv6Addr::new(0xfd00, 0x7563, u16::from(net), u16::from(sub), 0, 0, 0, u16::from(host)))
+            } else {
+                IpAddr::V4(Ipv4Addr::new(10, 100 + net % 100, sub, host))
+            },
         };
         let pair = NetPair { a: side("a", 1), b: side("b", 2) };
         pair.setup().inspect_err(|_| drop_ns(&pair))?;
@@ -63,7 +78,19 @@ impl NetPair {
         ip(&["netns", "add", &b.ns])?;
         ip(&["link", "add", &a.dev, "netns", &a.ns, "type", "veth", "peer", "name", &b.dev, "netns", &b.ns])?;
         for s in [a, b] {
-            ip(&["-n", &s.ns, "addr", "add", &format!("{}/24", s.ip), "dev", &s.dev])?;
+            match s.ip {
+                IpAddr::V4(x) => ip(&["-n", &s.ns, "addr", "add", &format!("{x}/24"), "dev", &s.dev])?,
+                IpAddr::V6(x) => {
+                    let on = Command::new("ip")
+                        .args(["netns", "exec", &s.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0"])
+                        .status()
+                        .map_err(|e| format!("sysctl: {e}"))?;
+                    if !on.success() {
+                        return Err("cannot switch IPv6 on in a namespace".into());
+                    }
+                    ip(&["-n", &s.ns, "-6", "addr", "add", &format!("{x}/64"), "dev", &s.dev, "nodad"])?
+                }
+            }
             ip(&["-n", &s.ns, "link", "set", &s.dev, "up"])?;
             ip(&["-n", &s.ns, "link", "set", "lo", "up"])?;
         }

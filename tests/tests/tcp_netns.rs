@@ -3,7 +3,8 @@
 //! `UCX_NET_DEVICES` its end of the pair.
 //!
 //! * By socket address: the client connects to the server's veth address, and every family
-//!   (tag, stream, active messages; eager and rendezvous sizes) echoes intact.
+//!   (tag, stream, active messages; eager and rendezvous sizes) echoes intact; also with IPv6
+//!   addresses only (the transport's interfaces and the connection manager on IPv6).
 //! * A link taken down in the middle of a transfer: the flooding client and the draining
 //!   server both see an endpoint error within the keepalive time (`UCX_TCP_KEEPIDLE=1s`,
 //!   `KEEPINTVL=1s`, `KEEPCNT=2`: 3 s), and both exit; nothing hangs.
@@ -23,7 +24,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 const KEEPALIVE: [(&str, &str); 3] = [("TCP_KEEPIDLE", "1s"), ("TCP_KEEPINTVL", "1s"), ("TCP_KEEPCNT", "2")];
 
 fn pair() -> Option<NetPair> {
-    match NetPair::new() {
+    made(NetPair::new())
+}
+
+fn made(p: Result<NetPair, String>) -> Option<NetPair> {
+    match p {
         Ok(p) => Some(p),
         Err(e) => {
             assert!(std::env::var_os("CI").is_none(), "cannot make network namespaces: {e}");
@@ -46,10 +51,10 @@ fn peer(side: &Side, args: &[&str], what: &str) -> Peer {
 /// both have echoed every family when this returns.
 fn connected(p: &NetPair, flood: bool) -> (Peer, Peer) {
     let extra: &[&str] = if flood { &["flood"] } else { &[] };
-    let listen = format!("{}:0", p.a.ip);
+    let listen = std::net::SocketAddr::new(p.a.ip, 0).to_string();
     let mut server = peer(&p.a, &[&["sockaddr-server", &listen][..], extra].concat(), "server in namespace a");
     let addr = server.expect("listening", LIMIT, || {});
-    assert!(addr.starts_with(&p.a.ip.to_string()), "{addr}");
+    assert_eq!(addr.parse::<std::net::SocketAddr>().map(|a| a.ip()), Ok(p.a.ip), "{addr}");
     let mut client = peer(&p.b, &[&["sockaddr", &addr][..], extra].concat(), "client in namespace b");
     for (who, dev) in [(&mut client, &p.b.dev), (&mut server, &p.a.dev)] {
         let lanes = who.expect("lanes", LIMIT, || {});
@@ -63,6 +68,15 @@ fn connected(p: &NetPair, flood: bool) -> (Peer, Peer) {
 fn every_family_crosses_a_veth_pair_by_socket_address() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(p) = pair() else { return };
+    let (mut server, mut client) = connected(&p, false);
+    assert!(client.finish(LIMIT, || {}).success());
+    assert!(server.finish(LIMIT, || {}).success());
+}
+
+#[test]
+fn every_family_crosses_an_ipv6_only_link() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(p) = made(NetPair::new_v6()) else { return };
     let (mut server, mut client) = connected(&p, false);
     assert!(client.finish(LIMIT, || {}).success());
     assert!(server.finish(LIMIT, || {}).success());
