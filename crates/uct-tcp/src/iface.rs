@@ -12,11 +12,13 @@
 use std::cell::{Cell, RefCell};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::{Rc, Weak};
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use ucs::arbiter::GroupId;
+use ucs::async_::{EventSet, Events, MAX_WAIT_EVENTS};
 use ucs::{OpResult, Outcome, Status, UcsResult};
 use uct::{
     AmRecv, BandwidthModel, BaseIface, Completion, Ep, EpConnect, EpParams, EventFlags, FlushFlags, Iface, IfaceAttr,
@@ -74,7 +76,7 @@ pub(crate) struct Inner {
     port: u16,
     /// The listener and the accepted connections (level-triggered), by [`LISTENER`] and
     /// connection slot.
-    epoll: OwnedFd,
+    epoll: EventSet,
     conns: RefCell<Vec<Option<Conn>>>,
     /// The connection whose message is being delivered (out of `conns` meanwhile): its slot,
     /// its link and its peer interface.
@@ -82,7 +84,7 @@ pub(crate) struct Inner {
     /// Sockets with bytes to write, each watched once for room (`EPOLLOUT | EPOLLONESHOT`) by
     /// [`Iface::event_arm`]; itself watched by `epoll`, so the interface's one descriptor
     /// wakes a sleeper for sends too.
-    wr_epoll: OwnedFd,
+    wr_epoll: EventSet,
     /// Endpoints this interface opened, by their pending group.
     pub(crate) eps: RefCell<Vec<(GroupId, Weak<EpState>)>>,
     /// Progress calls since the endpoints' connections were last checked for a closed peer.
@@ -111,13 +113,8 @@ impl Inner {
     /// Asks epoll which sockets have something (one system call, no waiting): accepts on the
     /// listener, marks readable connections.
     fn poll_events(&self) -> usize {
-        const MAX_EVENTS: usize = 16;
-        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
-        // SAFETY: `evs` holds `MAX_EVENTS` entries the kernel may write; no waiting.
-        let got = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), evs.as_mut_ptr(), MAX_EVENTS as i32, 0) };
         let mut n = 0;
-        for ev in evs.iter().take(got.max(0) as usize) {
-            let key = ev.u64;
+        let _ = self.epoll.wait(Some(Duration::ZERO), |key, _| {
             if key == LISTENER {
                 n += self.accept();
             } else if key == WRITERS {
@@ -125,7 +122,7 @@ impl Inner {
             } else if let Some(Some(c)) = self.conns.borrow_mut().get_mut(key as usize) {
                 c.readable = true;
             }
-        }
+        });
         n
     }
 
@@ -191,7 +188,7 @@ impl Inner {
                 conns.len() - 1
             }
         };
-        if let Err(e) = epoll_add(&self.epoll, fd, slot as u64) {
+        if let Err(e) = self.epoll.add(fd, Events::READ, slot as u64) {
             tracing::warn!("tcp: cannot watch a connection: {e}; dropped");
             return;
         }
@@ -202,11 +199,7 @@ impl Inner {
     /// closes once no endpoint here writes to it either.
     fn forget_conn(&self, c: Conn) {
         c.link.rx_closed.set(true);
-        // SAFETY: both descriptors are open (the link holds the socket); removing a descriptor
-        // that is not watched fails harmlessly.
-        unsafe {
-            libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, c.link.sock.as_raw_fd(), std::ptr::null_mut())
-        };
+        let _ = self.epoll.remove(c.link.sock.as_raw_fd());
     }
 
     /// A connection to the peer interface at `peer` that no endpoint here writes to yet.
@@ -277,9 +270,7 @@ impl Inner {
 
     /// Takes the writers' set's events (one-shot: each fired once; progress writes).
     fn drain_writers(&self) {
-        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
-        // SAFETY: `evs` holds 16 entries the kernel may write; no waiting.
-        while unsafe { libc::epoll_wait(self.wr_epoll.as_raw_fd(), evs.as_mut_ptr(), 16, 0) } == 16 {}
+        while self.wr_epoll.wait(Some(Duration::ZERO), |_, _| {}) == Ok(MAX_WAIT_EVENTS) {}
     }
 
     /// Arms for the next event: `Err(Busy)` when progress has work now (a whole message
@@ -289,13 +280,8 @@ impl Inner {
         if self.conns.borrow().iter().flatten().any(Conn::has_more) {
             return Err(Status::Busy);
         }
-        // SAFETY: one event the kernel may write; no waiting.
-        let ready = unsafe {
-            let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 1];
-            libc::epoll_wait(self.epoll.as_raw_fd(), ev.as_mut_ptr(), 1, 0)
-        };
-        if ready > 0 {
-            // (The event was taken: the caller progresses, which asks epoll again.)
+        // (Level-triggered: what this sees, the caller's progress sees again.)
+        if self.epoll.wait(Some(Duration::ZERO), |_, _| {})? > 0 {
             return Err(Status::Busy);
         }
         let eps: Vec<Rc<EpState>> = self.eps.borrow().iter().filter_map(|(_, w)| w.upgrade()).collect();
@@ -303,13 +289,9 @@ impl Inner {
             return Err(Status::Busy);
         }
         for e in eps.iter().filter(|e| e.has_unsent()) {
-            let mut ev = libc::epoll_event { events: (libc::EPOLLOUT | libc::EPOLLONESHOT) as u32, u64: 0 };
-            let fd = e.fd();
-            // SAFETY: both descriptors are open; `ev` is a valid event the kernel copies.
-            let r = unsafe { libc::epoll_ctl(self.wr_epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
-            if r != 0 {
-                // SAFETY: as above.
-                unsafe { libc::epoll_ctl(self.wr_epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            let (fd, room) = (e.fd(), Events::WRITE | Events::ONESHOT);
+            if self.wr_epoll.modify(fd, room, 0).is_err() {
+                self.wr_epoll.add(fd, room, 0)?;
             }
         }
         Ok(())
@@ -512,29 +494,12 @@ impl TcpIface {
             tracing::error!("tcp: cannot listen on {bind} ({}): {e}", dev.name);
             Status::IoError
         })?;
-        // SAFETY: plain system call; the descriptor is owned right below.
-        let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if efd < 0 {
-            tracing::error!("tcp: epoll_create1: {}", std::io::Error::last_os_error());
-            return Err(Status::IoError);
-        }
-        // SAFETY: `efd` is a new descriptor nothing else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(efd) };
-        epoll_add(&epoll, listener.as_raw_fd(), LISTENER).map_err(|e| {
+        let (epoll, wr_epoll) = (EventSet::new()?, EventSet::new()?);
+        epoll.add(listener.as_raw_fd(), Events::READ, LISTENER).inspect_err(|e| {
             tracing::error!("tcp: cannot watch the listener: {e}");
-            Status::IoError
         })?;
-        // SAFETY: plain system call; the descriptor is owned right below.
-        let wfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if wfd < 0 {
-            tracing::error!("tcp: epoll_create1: {}", std::io::Error::last_os_error());
-            return Err(Status::IoError);
-        }
-        // SAFETY: `wfd` is a new descriptor nothing else owns.
-        let wr_epoll = unsafe { OwnedFd::from_raw_fd(wfd) };
-        epoll_add(&epoll, wr_epoll.as_raw_fd(), WRITERS).map_err(|e| {
+        epoll.add(wr_epoll.as_raw_fd(), Events::READ, WRITERS).inspect_err(|e| {
             tracing::error!("tcp: cannot watch the writers' set: {e}");
-            Status::IoError
         })?;
         let max = cfg.tx_seg_size - AM_HDR_LEN;
         let attr = IfaceAttr {
@@ -598,16 +563,6 @@ impl Drop for TcpIface {
 const LISTENER: u64 = u64::MAX;
 /// The epoll key of the writers' set.
 const WRITERS: u64 = u64::MAX - 1;
-
-/// Watches `fd` for input (level-triggered) under `key`.
-fn epoll_add(epoll: &OwnedFd, fd: RawFd, key: u64) -> std::io::Result<()> {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key };
-    // SAFETY: both descriptors are open; `ev` is a valid event the kernel copies.
-    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
 
 /// The device address of `ip`: its family (4 or 6) and its bytes.
 fn encode_ip(ip: IpAddr) -> Vec<u8> {
